@@ -1,0 +1,158 @@
+//! Logging set-up (`log.loglevel`, `log.error`) and the access log in Xray's format.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use crate::proxy::Session;
+
+/// `log` settings.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// `debug` | `info` | `warning` | `error` | `none`.
+    pub level: String,
+    /// Access log path: `None` = stdout, `Some("none")` = off.
+    pub access: Option<String>,
+    /// Error log path: `None` = stderr.
+    pub error: Option<String>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "warning".into(),
+            access: None,
+            error: None,
+        }
+    }
+}
+
+/// Installs the tracing subscriber for the error log. `RUST_LOG` overrides the level.
+pub fn init(cfg: &LogConfig) {
+    let level = match cfg.level.to_ascii_lowercase().as_str() {
+        "debug" => "debug",
+        "info" => "info",
+        "error" => "error",
+        "none" => "off",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("ferry={level},{level}")));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    let res = match cfg.error.as_deref() {
+        Some(p) if !p.is_empty() && p != "none" => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
+            Ok(f) => builder
+                .with_ansi(false)
+                .with_writer(Mutex::new(f))
+                .try_init(),
+            Err(e) => {
+                eprintln!("log.error: cannot open {p}: {e}; logging to stderr");
+                builder.with_writer(std::io::stderr).try_init()
+            }
+        },
+        _ => builder.with_writer(std::io::stderr).try_init(),
+    };
+    let _ = res;
+}
+
+/// The access log: one line per dispatched session, as Xray writes it.
+pub struct AccessLog {
+    out: Option<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl AccessLog {
+    pub fn open(cfg: &LogConfig) -> std::io::Result<AccessLog> {
+        let out: Option<Box<dyn Write + Send>> = match cfg.access.as_deref() {
+            Some("none") => None,
+            None | Some("") => Some(Box::new(std::io::stdout())),
+            Some(p) => Some(Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            )),
+        };
+        Ok(AccessLog {
+            out: out.map(Mutex::new),
+        })
+    }
+
+    pub fn disabled() -> AccessLog {
+        AccessLog { out: None }
+    }
+
+    /// `from SRC accepted tcp:DST [inbound -> outbound] email: E`
+    pub fn accepted(&self, s: &Session, outbound: &str) {
+        let Some(out) = &self.out else { return };
+        let email = s
+            .user
+            .as_ref()
+            .map(|u| format!(" email: {}", u.email))
+            .unwrap_or_default();
+        let line = format!(
+            "{} from {} accepted {}:{} [{} -> {}]{}\n",
+            timestamp(),
+            s.source,
+            s.network,
+            s.dest,
+            s.inbound_tag,
+            outbound,
+            email
+        );
+        if let Ok(mut w) = out.lock() {
+            let _ = w.write_all(line.as_bytes());
+            let _ = w.flush();
+        }
+    }
+
+    /// `from SRC rejected REASON`
+    pub fn rejected(&self, source: std::net::SocketAddr, reason: &str) {
+        let Some(out) = &self.out else { return };
+        if let Ok(mut w) = out.lock() {
+            let _ = writeln!(w, "{} from {} rejected {}", timestamp(), source, reason);
+            let _ = w.flush();
+        }
+    }
+}
+
+/// `YYYY/MM/DD HH:MM:SS.uuuuuu` in UTC.
+fn timestamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs();
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z.rem_euclid(146097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}/{m:02}/{d:02} {:02}:{:02}:{:02}.{:06}",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        now.subsec_micros()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamp_shape() {
+        let t = super::timestamp();
+        assert_eq!(t.len(), 26, "{t}");
+        assert_eq!(&t[4..5], "/");
+        assert!(t.starts_with("20"));
+    }
+}

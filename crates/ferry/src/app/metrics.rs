@@ -1,0 +1,128 @@
+//! The `metrics` endpoint: Xray's expvar-style `/debug/vars` JSON and Prometheus text on `/metrics`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::app::stats::Stats;
+
+/// `{"stats": {"inbound": {"TAG": {"uplink": N, "downlink": N}}, "outbound": …, "user": …}}`
+pub fn debug_vars(stats: &Stats) -> Value {
+    let mut groups: Map<String, Value> = Map::new();
+    for (name, v) in stats.snapshot(false) {
+        let parts: Vec<&str> = name.split(">>>").collect();
+        if let [kind, tag, "traffic", dir] = parts.as_slice() {
+            let g = groups.entry(kind.to_string()).or_insert_with(|| json!({}));
+            let t = g
+                .as_object_mut()
+                .expect("object")
+                .entry(tag.to_string())
+                .or_insert_with(|| json!({}));
+            t.as_object_mut()
+                .expect("object")
+                .insert(dir.to_string(), json!(v));
+        }
+    }
+    json!({ "cmdline": std::env::args().collect::<Vec<_>>(), "stats": groups })
+}
+
+fn escape_label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus exposition text.
+pub fn prometheus(stats: &Stats) -> String {
+    let mut out = String::from(
+        "# HELP ferry_traffic_bytes_total Bytes relayed, by inbound/outbound/user and direction.\n# TYPE ferry_traffic_bytes_total counter\n",
+    );
+    for (name, v) in stats.snapshot(false) {
+        let parts: Vec<&str> = name.split(">>>").collect();
+        if let [kind, tag, "traffic", dir] = parts.as_slice() {
+            out.push_str(&format!(
+                "ferry_traffic_bytes_total{{kind=\"{}\",tag=\"{}\",direction=\"{}\"}} {v}\n",
+                escape_label(kind),
+                escape_label(tag),
+                escape_label(dir)
+            ));
+        }
+    }
+    out
+}
+
+/// Serves the endpoint until the task is dropped.
+pub async fn serve(listener: TcpListener, stats: Arc<Stats>) {
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let stats = stats.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut n = 0;
+            let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while n < buf.len() {
+                    let m = sock.read(&mut buf[n..]).await?;
+                    if m == 0 {
+                        break;
+                    }
+                    n += m;
+                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+            if !matches!(read, Ok(Ok(()))) {
+                return;
+            }
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let path = head.split_whitespace().nth(1).unwrap_or("/");
+            let (status, ctype, body) = match path.split('?').next().unwrap_or("/") {
+                "/debug/vars" => ("200 OK", "application/json", debug_vars(&stats).to_string()),
+                "/metrics" => ("200 OK", "text/plain; version=0.0.4", prometheus(&stats)),
+                _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(resp.as_bytes()).await;
+        });
+    }
+}
+
+/// Binds the metrics listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn formats() {
+        let s = Stats::default();
+        s.counter("inbound>>>in>>>traffic>>>uplink")
+            .fetch_add(3, Ordering::Relaxed);
+        s.counter("user>>>a@b>>>traffic>>>downlink")
+            .fetch_add(4, Ordering::Relaxed);
+        let v = debug_vars(&s);
+        assert_eq!(v["stats"]["inbound"]["in"]["uplink"], 3);
+        assert_eq!(v["stats"]["user"]["a@b"]["downlink"], 4);
+        let p = prometheus(&s);
+        assert!(
+            p.contains(
+                "ferry_traffic_bytes_total{kind=\"inbound\",tag=\"in\",direction=\"uplink\"} 3\n"
+            ),
+            "{p}"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! UDP sessions keyed by client source: each source gets one outbound packet channel (routed by
+//! its first destination), packets are counted as they pass, and idle sessions expire.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::app::dispatcher::Dispatcher;
+use crate::common::Destination;
+use crate::proxy::Session;
+
+/// Sends a reply datagram back to a client, in whatever framing the inbound speaks.
+#[async_trait]
+pub trait UdpReply: Send + Sync + 'static {
+    async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()>;
+}
+
+/// Largest datagram Ferry relays.
+pub const MAX_DATAGRAM: usize = 65535;
+
+type Entry = (u64, mpsc::Sender<(Bytes, Destination)>);
+
+/// The table of live UDP sessions of one inbound.
+pub struct UdpNat {
+    sessions: Mutex<HashMap<SocketAddr, Entry>>,
+    next_id: AtomicU64,
+    dispatcher: Arc<Dispatcher>,
+    reply: Arc<dyn UdpReply>,
+    idle: Duration,
+}
+
+impl UdpNat {
+    pub fn new(
+        dispatcher: Arc<Dispatcher>,
+        reply: Arc<dyn UdpReply>,
+        idle: Duration,
+    ) -> Arc<UdpNat> {
+        Arc::new(UdpNat {
+            sessions: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            dispatcher,
+            reply,
+            idle,
+        })
+    }
+
+    /// Live sessions (for tests and stats).
+    pub fn len(&self) -> usize {
+        self.sessions.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forwards one datagram from `session.source` to `session.dest`, opening a session if needed.
+    pub fn send(self: &Arc<Self>, session: Session, data: Bytes) {
+        let key = session.source;
+        let dest = session.dest.clone();
+        let mut map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, tx)) = map.get(&key) {
+            match tx.try_send((data, dest)) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::debug!("udp session {key}: queue full, datagram dropped");
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed((d, dst))) => {
+                    map.remove(&key);
+                    return self.open(map, session, d, dst);
+                }
+            }
+        }
+        self.open(map, session, data, dest)
+    }
+
+    fn open(
+        self: &Arc<Self>,
+        mut map: std::sync::MutexGuard<'_, HashMap<SocketAddr, Entry>>,
+        session: Session,
+        data: Bytes,
+        dest: Destination,
+    ) {
+        let (tx, rx) = mpsc::channel(512);
+        let _ = tx.try_send((data, dest));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        map.insert(session.source, (id, tx));
+        drop(map);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let key = session.source;
+            if let Err(e) = me.run(session, rx).await {
+                tracing::debug!("udp session {key} ended: {e}");
+            }
+            let mut map = me.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            if map.get(&key).is_some_and(|(i, _)| *i == id) {
+                map.remove(&key);
+            }
+        });
+    }
+
+    async fn run(
+        &self,
+        session: Session,
+        mut rx: mpsc::Receiver<(Bytes, Destination)>,
+    ) -> io::Result<()> {
+        let (pc, counters, _tag) = self.dispatcher.open_udp(&session).await?;
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let idle = tokio::time::sleep(self.idle);
+        tokio::pin!(idle);
+        loop {
+            tokio::select! {
+                m = rx.recv() => {
+                    let Some((data, dest)) = m else { return Ok(()) };
+                    if let Err(e) = pc.send_to(&data, &dest).await {
+                        tracing::debug!("udp {} -> {dest}: {e}", session.source);
+                        continue;
+                    }
+                    for c in &counters.up { c.fetch_add(data.len() as u64, Ordering::Relaxed); }
+                    idle.as_mut().reset(tokio::time::Instant::now() + self.idle);
+                }
+                r = pc.recv_from(&mut buf) => {
+                    let (n, from) = r?;
+                    self.reply.reply(session.source, &buf[..n], &from).await?;
+                    for c in &counters.down { c.fetch_add(n as u64, Ordering::Relaxed); }
+                    idle.as_mut().reset(tokio::time::Instant::now() + self.idle);
+                }
+                _ = &mut idle => return Ok(()),
+            }
+        }
+    }
+}

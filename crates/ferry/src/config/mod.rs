@@ -1,0 +1,484 @@
+//! Xray-shaped JSON configuration: reading, validation with JSON-path errors, typed results.
+//!
+//! Every protocol reads its own `settings` through [`reader::Obj`]; this module reads the
+//! frame around them (`log`, `inbounds`, `outbounds`, `routing`, `policy`, `stats`, `metrics`).
+
+pub mod json;
+pub mod reader;
+pub mod stream;
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+pub use reader::{ConfigError, Diagnostics, Obj};
+
+use crate::app::log::LogConfig;
+use crate::app::policy::Policy;
+use crate::app::router::Router;
+use crate::proxy::{self, InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
+use crate::transport::tcp::SockOpts;
+
+/// Where an inbound listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// An IP address and one or more port ranges.
+    Ip(IpAddr, Vec<(u16, u16)>),
+}
+
+/// One inbound, ready to bind.
+pub struct Inbound {
+    pub tag: String,
+    pub listen: Listen,
+    pub protocol: String,
+    pub handler: Arc<dyn InboundHandler>,
+    pub sockopt: SockOpts,
+}
+
+/// One outbound, ready to dial.
+pub struct Outbound {
+    pub tag: String,
+    pub protocol: String,
+    pub handler: Arc<dyn OutboundHandler>,
+}
+
+/// A whole, validated configuration.
+pub struct Config {
+    pub log: LogConfig,
+    pub inbounds: Vec<Inbound>,
+    pub outbounds: Vec<Outbound>,
+    pub router: Router,
+    pub policy: Policy,
+    /// The `stats` object is present.
+    pub stats: bool,
+    pub metrics: Option<SocketAddr>,
+}
+
+/// Merges several config files the way Xray does: `inbounds` and `outbounds` are concatenated
+/// (a later one with the same tag replaces the earlier), other top-level objects are replaced.
+pub fn merge(docs: Vec<Value>) -> Value {
+    let mut out = serde_json::Map::new();
+    for doc in docs {
+        let Value::Object(m) = doc else { continue };
+        for (k, v) in m {
+            let key = k.to_ascii_lowercase();
+            if key == "inbounds" || key == "outbounds" {
+                let slot = out
+                    .entry(k.clone())
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let (Value::Array(dst), Value::Array(src)) = (slot, v) {
+                    for item in src {
+                        let tag = item.get("tag").and_then(Value::as_str).map(str::to_string);
+                        match tag.and_then(|t| {
+                            dst.iter()
+                                .position(|d| d.get("tag").and_then(Value::as_str) == Some(&t))
+                        }) {
+                            Some(i) => dst[i] = item,
+                            None => dst.push(item),
+                        }
+                    }
+                }
+            } else {
+                out.insert(k, v);
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// Reads `port`: a number, `"a-b"`, `"a,b,c-d"`, or `"env:NAME"`.
+pub fn parse_ports(v: &Value, path: &str) -> reader::Result<Vec<(u16, u16)>> {
+    let text = match v {
+        Value::Number(_) => {
+            return Ok(vec![(reader::as_port(v, path)?, reader::as_port(v, path)?)])
+        }
+        Value::String(s) => s.clone(),
+        _ => {
+            return Err(ConfigError::new(
+                path,
+                format!("expected a port, found {}", reader::show(v)),
+            ))
+        }
+    };
+    let text = match text.strip_prefix("env:") {
+        Some(name) => std::env::var(name).map_err(|_| {
+            ConfigError::new(path, format!("environment variable {name} is not set"))
+        })?,
+        None => text,
+    };
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || ConfigError::new(path, format!("invalid port or range {part:?}"));
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (
+                a.trim().parse::<u16>().map_err(|_| bad())?,
+                b.trim().parse::<u16>().map_err(|_| bad())?,
+            ),
+            None => {
+                let p = part.parse::<u16>().map_err(|_| bad())?;
+                (p, p)
+            }
+        };
+        if a == 0 || b < a {
+            return Err(bad());
+        }
+        out.push((a, b));
+    }
+    if out.is_empty() {
+        return Err(ConfigError::new(path, "no port given"));
+    }
+    Ok(out)
+}
+
+fn parse_listen_ip(o: &Obj<'_>) -> reader::Result<IpAddr> {
+    let Some(s) = o.str("listen")? else {
+        return Ok(IpAddr::from([0, 0, 0, 0]));
+    };
+    let s = match s.strip_prefix("env:") {
+        Some(n) => std::env::var(n).map_err(|_| {
+            ConfigError::new(
+                o.key_path("listen"),
+                format!("environment variable {n} is not set"),
+            )
+        })?,
+        None => s,
+    };
+    if s.eq_ignore_ascii_case("localhost") {
+        return Ok(IpAddr::from([127, 0, 0, 1]));
+    }
+    if s.starts_with('/') || s.starts_with('@') {
+        return Err(ConfigError::new(
+            o.key_path("listen"),
+            format!("unix socket listeners ({s:?}) are not supported yet"),
+        ));
+    }
+    s.parse()
+        .map_err(|_| ConfigError::new(o.key_path("listen"), format!("{s:?} is not an IP address")))
+}
+
+fn protocol_name(o: &Obj<'_>) -> reader::Result<String> {
+    o.req_str("protocol")
+}
+
+fn unsupported_protocol(o: &Obj<'_>, name: &str, kind: &str) -> ConfigError {
+    let msg = if proxy::KNOWN_ELSEWHERE
+        .iter()
+        .any(|k| k.eq_ignore_ascii_case(name))
+    {
+        format!("{name:?} is not supported yet as an {kind}")
+    } else {
+        format!("unknown protocol {name:?}")
+    };
+    ConfigError::new(o.key_path("protocol"), msg)
+}
+
+impl Config {
+    /// Reads a merged JSON document into a config; warnings go to `diag`.
+    pub fn from_value(v: &Value, diag: &Diagnostics) -> reader::Result<Config> {
+        let root = Obj::new(v, "", diag)?;
+        let log = match root.obj("log")? {
+            Some(l) => {
+                let c = LogConfig {
+                    level: l.str("loglevel")?.unwrap_or_else(|| "warning".into()),
+                    access: l.str("access")?,
+                    error: l.str("error")?,
+                };
+                if !["debug", "info", "warning", "error", "none"]
+                    .contains(&c.level.to_ascii_lowercase().as_str())
+                {
+                    return Err(ConfigError::new(
+                        l.key_path("loglevel"),
+                        format!("unknown level {:?}", c.level),
+                    ));
+                }
+                l.ignore(&["dnsLog", "maskAddress"]);
+                l.finish();
+                c
+            }
+            None => LogConfig::default(),
+        };
+        let policy = match root.obj("policy")? {
+            Some(p) => {
+                let r = Policy::parse(&p)?;
+                p.finish();
+                r
+            }
+            None => Policy::default(),
+        };
+        let stats = match root.obj("stats")? {
+            Some(s) => {
+                s.finish();
+                true
+            }
+            None => false,
+        };
+        let metrics = match root.obj("metrics")? {
+            Some(m) => {
+                m.ignore(&["tag"]);
+                let addr = match m.str("listen")? {
+                    Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
+                        ConfigError::new(m.key_path("listen"), format!("{l:?} is not an ip:port address"))
+                    })?),
+                    None => {
+                        return Err(ConfigError::new(
+                            m.path(),
+                            "metrics through a tagged dokodemo inbound is not supported yet; set metrics.listen",
+                        ))
+                    }
+                };
+                m.finish();
+                addr
+            }
+            None => None,
+        };
+
+        let mut outbounds = Vec::new();
+        let mut tags = HashSet::new();
+        for o in root.objs(&["outbounds"])? {
+            let tag = o.str("tag")?.unwrap_or_default();
+            if !tag.is_empty() && !tags.insert(tag.clone()) {
+                return Err(ConfigError::new(
+                    o.key_path("tag"),
+                    format!("duplicate outbound tag {tag:?}"),
+                ));
+            }
+            let name = protocol_name(&o)?;
+            let builder = proxy::outbound_builder(&name)
+                .ok_or_else(|| unsupported_protocol(&o, &name, "outbound"))?;
+            let ss = stream::StreamSettings::parse(&o, true)?;
+            if let Some(m) = o.obj("mux")? {
+                if m.bool("enabled")?.unwrap_or(false) {
+                    return Err(ConfigError::new(
+                        m.key_path("enabled"),
+                        "mux is not supported yet",
+                    ));
+                }
+                m.ignore(&["concurrency", "xudpConcurrency", "xudpProxyUDP443"]);
+                m.finish();
+            }
+            if o.has("proxySettings") {
+                return Err(ConfigError::new(
+                    o.key_path("proxySettings"),
+                    "proxySettings chains are not supported yet",
+                ));
+            }
+            let send_through = match o.str("sendThrough")? {
+                Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
+                    ConfigError::new(
+                        o.key_path("sendThrough"),
+                        format!("{s:?} is not an IP address"),
+                    )
+                })?),
+                None => None,
+            };
+            let mut sock = ss.sockopt.clone();
+            sock.bind = send_through;
+            let dialer = Arc::new(crate::transport::TcpDialer { opts: sock });
+            let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
+            let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
+            let handler = builder(
+                &settings,
+                &OutboundBuild {
+                    tag: &tag,
+                    diag,
+                    dialer,
+                },
+            )?;
+            settings.finish();
+            o.finish();
+            outbounds.push(Outbound {
+                tag,
+                protocol: name,
+                handler,
+            });
+        }
+        if outbounds.is_empty() {
+            diag.warn(
+                "outbounds",
+                "no outbound configured; adding a default freedom outbound",
+            );
+            outbounds.push(Outbound {
+                tag: String::new(),
+                protocol: "freedom".into(),
+                handler: Arc::new(proxy::freedom::Freedom::default()),
+            });
+        }
+
+        let mut inbounds = Vec::new();
+        let mut in_tags = HashSet::new();
+        for o in root.objs(&["inbounds"])? {
+            let tag = o.str("tag")?.unwrap_or_default();
+            if !tag.is_empty() && !in_tags.insert(tag.clone()) {
+                return Err(ConfigError::new(
+                    o.key_path("tag"),
+                    format!("duplicate inbound tag {tag:?}"),
+                ));
+            }
+            let name = protocol_name(&o)?;
+            let builder = proxy::inbound_builder(&name)
+                .ok_or_else(|| unsupported_protocol(&o, &name, "inbound"))?;
+            let ip = parse_listen_ip(&o)?;
+            let (pp, pv) = o
+                .get("port")
+                .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
+            let ports = parse_ports(pv, &pp)?;
+            let ss = stream::StreamSettings::parse(&o, false)?;
+            if let Some(s) = o.obj("sniffing")? {
+                if s.bool("enabled")?.unwrap_or(false) {
+                    diag.warn(
+                        s.path(),
+                        "sniffing is not supported yet; destinations are used as sent",
+                    );
+                }
+                s.ignore(&[
+                    "enabled",
+                    "destOverride",
+                    "metadataOnly",
+                    "routeOnly",
+                    "domainsExcluded",
+                ]);
+                s.finish();
+            }
+            o.ignore(&["allocate"]);
+            let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
+            let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
+            let handler = builder(&settings, &InboundBuild { tag: &tag, diag })?;
+            settings.finish();
+            o.finish();
+            inbounds.push(Inbound {
+                tag,
+                listen: Listen::Ip(ip, ports),
+                protocol: name,
+                handler,
+                sockopt: ss.sockopt,
+            });
+        }
+
+        let router = match root.obj("routing")? {
+            Some(r) => {
+                let router = Router::parse(&r)?;
+                r.finish();
+                router
+            }
+            None => Router::default(),
+        };
+        if let Some((rp, Value::Array(rules))) = root
+            .get("routing")
+            .and_then(|(p, v)| v.get("rules").map(|r| (p, r)))
+        {
+            for (i, rule) in router.rules.iter().enumerate() {
+                if !tags.contains(&rule.outbound) {
+                    let _ = rules;
+                    return Err(ConfigError::new(
+                        format!("{rp}.rules[{i}].outboundTag"),
+                        format!("no outbound is tagged {:?}", rule.outbound),
+                    ));
+                }
+            }
+        }
+        root.ignore(&[
+            "dns",
+            "api",
+            "transport",
+            "reverse",
+            "fakedns",
+            "observatory",
+            "burstObservatory",
+        ]);
+        for k in [
+            "api",
+            "reverse",
+            "fakedns",
+            "observatory",
+            "burstObservatory",
+        ] {
+            if root.has(k) {
+                diag.warn(&root.key_path(k), "not supported yet; ignored");
+            }
+        }
+        if root.has("dns") {
+            diag.warn(
+                "dns",
+                "Ferry resolves with the system resolver for now; the dns object is ignored",
+            );
+        }
+        root.finish();
+        Ok(Config {
+            log,
+            inbounds,
+            outbounds,
+            router,
+            policy,
+            stats,
+            metrics,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ports() {
+        assert_eq!(parse_ports(&json!(1080), "p").unwrap(), vec![(1080, 1080)]);
+        assert_eq!(
+            parse_ports(&json!("1000-1010, 2000"), "p").unwrap(),
+            vec![(1000, 1010), (2000, 2000)]
+        );
+        assert!(parse_ports(&json!("10-5"), "p").is_err());
+        assert!(parse_ports(&json!("x"), "p").is_err());
+        assert!(parse_ports(&json!(0), "p").is_err());
+    }
+
+    #[test]
+    fn merge_concatenates_and_replaces_by_tag() {
+        let a = json!({"inbounds": [{"tag": "a", "port": 1}], "log": {"loglevel": "debug"}});
+        let b = json!({"inbounds": [{"tag": "a", "port": 2}, {"tag": "b"}], "log": {"loglevel": "info"}});
+        let m = merge(vec![a, b]);
+        assert_eq!(m["inbounds"].as_array().unwrap().len(), 2);
+        assert_eq!(m["inbounds"][0]["port"], 2);
+        assert_eq!(m["log"]["loglevel"], "info");
+    }
+
+    fn load(v: Value) -> Result<Config, ConfigError> {
+        Config::from_value(&v, &Diagnostics::default())
+    }
+
+    #[test]
+    fn unsupported_things_name_their_path() {
+        let e = load(json!({"inbounds": [{"port": 1, "protocol": "dokodemo-door", "settings": {"address": "1.1.1.1", "port": 53},
+            "streamSettings": {"network": "grpc"}}]}))
+        .err()
+        .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "inbounds[0].streamSettings.network: \"grpc\" is not supported"
+        );
+        let e = load(json!({"outbounds": [{"protocol": "wat"}]}))
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "outbounds[0].protocol: unknown protocol \"wat\""
+        );
+        let e = load(json!({"outbounds": [{"protocol": "freedom", "tag": "d"}],
+            "routing": {"rules": [{"inboundTag": ["x"], "outboundTag": "nope"}]}}))
+        .err()
+        .unwrap();
+        assert_eq!(e.path, "routing.rules[0].outboundTag");
+    }
+
+    #[test]
+    fn unknown_fields_warn_with_path() {
+        let d = Diagnostics::default();
+        let v = json!({"outbounds": [{"protocol": "freedom", "bogus": 1}]});
+        Config::from_value(&v, &d).unwrap();
+        assert!(d
+            .take()
+            .contains(&"outbounds[0].bogus: unknown field, ignored".to_string()));
+    }
+}

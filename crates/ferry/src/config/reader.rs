@@ -1,0 +1,357 @@
+//! A small reader over JSON values that follows Xray's parsing rules: keys match
+//! case-insensitively, aliases are accepted, every error names its JSON path, and keys nobody
+//! read become warnings (with their path) when the object is finished.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+/// A configuration error at a JSON path, e.g. `inbounds[2].streamSettings.network: "grpc" is not supported`.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{path}: {msg}")]
+pub struct ConfigError {
+    pub path: String,
+    pub msg: String,
+}
+
+impl ConfigError {
+    pub fn new(path: impl Into<String>, msg: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            msg: msg.into(),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ConfigError>;
+
+/// Collects warnings (unknown keys, accepted-but-ignored features) while a config is read.
+#[derive(Default, Debug)]
+pub struct Diagnostics {
+    warnings: RefCell<Vec<String>>,
+}
+
+impl Diagnostics {
+    pub fn warn(&self, path: &str, msg: impl AsRef<str>) {
+        self.warnings
+            .borrow_mut()
+            .push(format!("{path}: {}", msg.as_ref()));
+    }
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.warnings.borrow_mut())
+    }
+}
+
+/// Joins a path and a key: `a` + `b` -> `a.b`; a root path is empty.
+pub fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// Short text for a value in an error message.
+pub fn show(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 60 {
+        format!(
+            "{}…",
+            &s[..s.char_indices().nth(57).map(|(i, _)| i).unwrap_or(s.len())]
+        )
+    } else {
+        s
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A located value: the value and its JSON path.
+#[derive(Clone, Copy)]
+pub struct Val<'a> {
+    pub v: &'a Value,
+    pub path: &'a str,
+}
+
+/// An object being read. Call [`Obj::finish`] when done so unknown keys are reported.
+pub struct Obj<'a> {
+    map: &'a Map<String, Value>,
+    path: String,
+    diag: &'a Diagnostics,
+    used: RefCell<HashSet<&'a str>>,
+}
+
+impl<'a> Obj<'a> {
+    /// Reads `v` as an object; `null` counts as an empty object, as Go's json does for a pointer.
+    pub fn new(v: &'a Value, path: impl Into<String>, diag: &'a Diagnostics) -> Result<Obj<'a>> {
+        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        let path = path.into();
+        let map = match v {
+            Value::Object(m) => m,
+            Value::Null => EMPTY.get_or_init(Map::new),
+            other => {
+                return Err(ConfigError::new(
+                    path,
+                    format!("expected an object, found {}", type_name(other)),
+                ))
+            }
+        };
+        Ok(Obj {
+            map,
+            path,
+            diag,
+            used: RefCell::new(HashSet::new()),
+        })
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub fn diag(&self) -> &'a Diagnostics {
+        self.diag
+    }
+
+    /// The path of a key under this object.
+    pub fn key_path(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+
+    /// Finds the first of `names` present (exact match first, then case-insensitive); marks it used.
+    /// Returns the key as spelled in the file and the value. A JSON `null` counts as absent.
+    pub fn get_any(&self, names: &[&str]) -> Option<(&'a str, &'a Value)> {
+        for name in names {
+            let found = self
+                .map
+                .get_key_value(*name)
+                .or_else(|| self.map.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)));
+            if let Some((k, v)) = found {
+                self.used.borrow_mut().insert(k.as_str());
+                if !v.is_null() {
+                    return Some((k.as_str(), v));
+                }
+            }
+        }
+        None
+    }
+
+    /// The value of `key` (case-insensitive), with its path.
+    pub fn get(&self, key: &str) -> Option<(String, &'a Value)> {
+        self.get_any(&[key]).map(|(k, v)| (self.key_path(k), v))
+    }
+
+    /// Like [`Obj::get`] with aliases (`clients`/`users`, `accounts`/`users`, ...).
+    pub fn get_alias(&self, names: &[&str]) -> Option<(String, &'a Value)> {
+        self.get_any(names).map(|(k, v)| (self.key_path(k), v))
+    }
+
+    /// Marks keys as known without reading them (accepted and deliberately ignored).
+    pub fn ignore(&self, names: &[&str]) {
+        for n in names {
+            let _ = self.get_any(&[n]);
+        }
+    }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn obj(&self, key: &str) -> Result<Option<Obj<'a>>> {
+        self.get(key)
+            .map(|(p, v)| Obj::new(v, p, self.diag))
+            .transpose()
+    }
+
+    pub fn str(&self, key: &str) -> Result<Option<String>> {
+        self.get(key)
+            .map(|(p, v)| as_str(v, &p).map(str::to_string))
+            .transpose()
+    }
+
+    pub fn str_alias(&self, names: &[&str]) -> Result<Option<String>> {
+        self.get_alias(names)
+            .map(|(p, v)| as_str(v, &p).map(str::to_string))
+            .transpose()
+    }
+
+    pub fn req_str(&self, key: &str) -> Result<String> {
+        self.str(key)?
+            .ok_or_else(|| ConfigError::new(self.key_path(key), "is required"))
+    }
+
+    pub fn bool(&self, key: &str) -> Result<Option<bool>> {
+        self.get(key)
+            .map(|(p, v)| match v {
+                Value::Bool(b) => Ok(*b),
+                other => Err(ConfigError::new(
+                    p,
+                    format!("expected a boolean, found {}", show(other)),
+                )),
+            })
+            .transpose()
+    }
+
+    pub fn i64(&self, key: &str) -> Result<Option<i64>> {
+        self.get(key).map(|(p, v)| as_i64(v, &p)).transpose()
+    }
+
+    pub fn u64(&self, key: &str) -> Result<Option<u64>> {
+        self.get(key)
+            .map(|(p, v)| {
+                let n = as_i64(v, &p)?;
+                u64::try_from(n)
+                    .map_err(|_| ConfigError::new(p, format!("must not be negative, found {n}")))
+            })
+            .transpose()
+    }
+
+    /// A single port (number or numeric string), 1..=65535 unless `allow_zero`.
+    pub fn port(&self, key: &str) -> Result<Option<u16>> {
+        self.get(key).map(|(p, v)| as_port(v, &p)).transpose()
+    }
+
+    /// A string or an array of strings (Xray's StringList also splits "a,b").
+    pub fn str_list(&self, key: &str) -> Result<Option<Vec<String>>> {
+        self.get(key).map(|(p, v)| as_str_list(v, &p)).transpose()
+    }
+
+    pub fn str_list_alias(&self, names: &[&str]) -> Result<Option<Vec<String>>> {
+        self.get_alias(names)
+            .map(|(p, v)| as_str_list(v, &p))
+            .transpose()
+    }
+
+    /// An array of objects; each item comes with its path `key[i]`.
+    pub fn objs(&self, names: &[&str]) -> Result<Vec<Obj<'a>>> {
+        let Some((p, v)) = self.get_alias(names) else {
+            return Ok(Vec::new());
+        };
+        let Value::Array(items) = v else {
+            return Err(ConfigError::new(
+                p,
+                format!("expected an array, found {}", type_name(v)),
+            ));
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| Obj::new(it, format!("{p}[{i}]"), self.diag))
+            .collect()
+    }
+
+    /// Reports every key that no reader asked for as a warning.
+    pub fn finish(self) {
+        let used = self.used.borrow();
+        for k in self.map.keys() {
+            if !used.contains(k.as_str()) {
+                self.diag.warn(&self.key_path(k), "unknown field, ignored");
+            }
+        }
+    }
+}
+
+pub fn as_str<'v>(v: &'v Value, path: &str) -> Result<&'v str> {
+    v.as_str()
+        .ok_or_else(|| ConfigError::new(path, format!("expected a string, found {}", show(v))))
+}
+
+pub fn as_i64(v: &Value, path: &str) -> Result<i64> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+            .ok_or_else(|| ConfigError::new(path, format!("expected an integer, found {n}"))),
+        Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError::new(path, format!("expected an integer, found {}", show(v)))),
+        other => Err(ConfigError::new(
+            path,
+            format!("expected an integer, found {}", show(other)),
+        )),
+    }
+}
+
+pub fn as_port(v: &Value, path: &str) -> Result<u16> {
+    let n = as_i64(v, path)?;
+    if (1..=65535).contains(&n) {
+        Ok(n as u16)
+    } else {
+        Err(ConfigError::new(
+            path,
+            format!("port must be 1-65535, found {n}"),
+        ))
+    }
+}
+
+pub fn as_str_list(v: &Value, path: &str) -> Result<Vec<String>> {
+    match v {
+        Value::String(s) => Ok(s
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| as_str(it, &format!("{path}[{i}]")).map(str::to_string))
+            .collect(),
+        other => Err(ConfigError::new(
+            path,
+            format!(
+                "expected a string or an array of strings, found {}",
+                show(other)
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn case_insensitive_aliases_and_unknown_warnings() {
+        let v = json!({"Tag": "a", "Users": [{"email": "x"}], "extra": 1, "port": "1080"});
+        let d = Diagnostics::default();
+        let o = Obj::new(&v, "inbounds[0]", &d).unwrap();
+        assert_eq!(o.str("tag").unwrap().as_deref(), Some("a"));
+        let users = o.objs(&["clients", "users"]).unwrap();
+        assert_eq!(users[0].path(), "inbounds[0].Users[0]");
+        assert_eq!(o.port("port").unwrap(), Some(1080));
+        users.into_iter().for_each(|u| {
+            u.str("email").unwrap();
+            u.finish()
+        });
+        o.finish();
+        assert_eq!(
+            d.take(),
+            vec!["inbounds[0].extra: unknown field, ignored".to_string()]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let v = json!({"port": 70000, "listen": 5, "x": "a,b"});
+        let d = Diagnostics::default();
+        let o = Obj::new(&v, "inbounds[1]", &d).unwrap();
+        assert_eq!(
+            o.port("port").unwrap_err().to_string(),
+            "inbounds[1].port: port must be 1-65535, found 70000"
+        );
+        assert_eq!(o.str("listen").unwrap_err().path, "inbounds[1].listen");
+        assert_eq!(o.str_list("x").unwrap(), Some(vec!["a".into(), "b".into()]));
+        assert!(Obj::new(&json!(3), "p", &d).is_err());
+    }
+}

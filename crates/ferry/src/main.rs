@@ -1,0 +1,250 @@
+//! The `ferry` command: run, test, version, uuid.
+
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Parser, Subcommand};
+
+use ferry::app::instance::Instance;
+use ferry::config::{self, Config, Diagnostics};
+
+/// Used when `ferry run` gets no config: a SOCKS5+HTTP proxy on 127.0.0.1:1080 going direct.
+const DEFAULT_CONFIG: &str = r#"{
+  "log": {"loglevel": "warning"},
+  "inbounds": [{"tag": "mixed-in", "listen": "127.0.0.1", "port": 1080, "protocol": "mixed",
+                "settings": {"auth": "noauth", "udp": true, "ip": "127.0.0.1"}}],
+  "outbounds": [{"tag": "direct", "protocol": "freedom"}]
+}"#;
+
+#[derive(Parser)]
+#[command(
+    name = "ferry",
+    version,
+    about = "A proxy core that reads Xray/V2Ray configs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run with one or more config files (`-c stdin:` reads standard input).
+    Run {
+        /// Config file; repeat to merge several. `stdin:` reads standard input.
+        #[arg(short = 'c', long = "config")]
+        config: Vec<String>,
+        /// Only check the config and exit (Xray's `-test`).
+        #[arg(short = 't', long = "test")]
+        test: bool,
+        /// Seconds to let live connections finish after SIGINT/SIGTERM.
+        #[arg(long, default_value_t = 5)]
+        grace: u64,
+    },
+    /// Check a config, print what would run, exit 0 (valid) or 1 (invalid).
+    Test {
+        #[arg(short = 'c', long = "config", required = true)]
+        config: Vec<String>,
+    },
+    /// Print the version.
+    Version,
+    /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
+    Uuid {
+        #[arg(short = 'i', long = "input")]
+        input: Option<String>,
+    },
+}
+
+/// Accepts Xray's single-dash spellings (`-config`, `-test`, `-version`).
+fn normalize_args() -> Vec<String> {
+    std::env::args()
+        .map(|a| match a.as_str() {
+            "-config" => "--config".to_string(),
+            "-test" => "--test".to_string(),
+            "-version" => "version".to_string(),
+            _ => a
+                .strip_prefix("-config=")
+                .map(|v| format!("--config={v}"))
+                .unwrap_or(a),
+        })
+        .collect()
+}
+
+fn read_source(src: &str) -> Result<(String, String)> {
+    if src == "stdin:" || src == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading config from stdin")?;
+        return Ok(("stdin".into(), s));
+    }
+    let lower = src.to_ascii_lowercase();
+    if lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".toml") {
+        return Err(anyhow!("{src}: only JSON configs are supported yet"));
+    }
+    let text = std::fs::read_to_string(src).with_context(|| format!("reading {src}"))?;
+    Ok((src.to_string(), text))
+}
+
+/// Reads, merges and validates the configs; prints warnings to stderr.
+fn load(sources: &[String]) -> Result<Config> {
+    let mut docs = Vec::new();
+    if sources.is_empty() {
+        docs.push(
+            config::json::parse(DEFAULT_CONFIG).map_err(|e| anyhow!("embedded config: {e}"))?,
+        );
+    }
+    for src in sources {
+        let (name, text) = read_source(src)?;
+        docs.push(config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?);
+    }
+    let merged = config::merge(docs);
+    let diag = Diagnostics::default();
+    let cfg = Config::from_value(&merged, &diag);
+    for w in diag.take() {
+        eprintln!("warning: {w}");
+    }
+    let name = if sources.is_empty() {
+        "the default config".to_string()
+    } else {
+        sources.join(", ")
+    };
+    cfg.map_err(|e| anyhow!("{name}: {e}"))
+}
+
+fn describe(cfg: &Config) {
+    for ib in &cfg.inbounds {
+        let config::Listen::Ip(ip, ports) = &ib.listen;
+        let ports: Vec<String> = ports
+            .iter()
+            .map(|(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        println!(
+            "inbound  {:<16} {:<14} {}:{}",
+            show_tag(&ib.tag),
+            ib.protocol,
+            ip,
+            ports.join(",")
+        );
+    }
+    for (i, ob) in cfg.outbounds.iter().enumerate() {
+        println!(
+            "outbound {:<16} {:<14}{}",
+            show_tag(&ob.tag),
+            ob.protocol,
+            if i == 0 { " (default)" } else { "" }
+        );
+    }
+    println!(
+        "routing  {} rule(s); stats {}",
+        cfg.router.rules.len(),
+        if cfg.stats { "on" } else { "off" }
+    );
+}
+
+fn show_tag(t: &str) -> &str {
+    if t.is_empty() {
+        "(untagged)"
+    } else {
+        t
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
+    let cfg = match load(&sources) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if test {
+        describe(&cfg);
+        println!("Configuration OK.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    ferry::app::log::init(&cfg.log);
+    let used_default = sources.is_empty();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let inst = match Instance::start(cfg).await {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        for (tag, net, addr) in &inst.bound {
+            tracing::warn!("ferry {} started: {} {net} {addr}", env!("CARGO_PKG_VERSION"), show_tag(tag));
+        }
+        if used_default {
+            eprintln!(
+                "ferry: no config given; serving SOCKS5 and HTTP on 127.0.0.1:1080, direct.\n  \
+                 try: curl -x socks5h://127.0.0.1:1080 http://example.com/   or   curl -x http://127.0.0.1:1080 ..."
+            );
+        }
+        wait_for_signal().await;
+        tracing::warn!("stopping: no new connections; waiting up to {grace}s for {} live", inst.live.count());
+        let left = inst.stop(Duration::from_secs(grace)).await;
+        if left > 0 {
+            tracing::warn!("{left} connection(s) still open after the grace period; closing");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_from(normalize_args());
+    let res = match cli.cmd {
+        None => run(Vec::new(), false, 5),
+        Some(Cmd::Run {
+            config,
+            test,
+            grace,
+        }) => run(config, test, grace),
+        Some(Cmd::Test { config }) => run(config, true, 0),
+        Some(Cmd::Version) => {
+            println!(
+                "Ferry {} (Xray/V2Ray v4 config compatible)",
+                env!("CARGO_PKG_VERSION")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Cmd::Uuid { input }) => {
+            match input {
+                Some(s) => println!("{}", ferry::common::uuid::from_string(&s)),
+                None => println!("{}", uuid::Uuid::new_v4()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match res {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! The one copy engine every TCP session ends in.
+//!
+//! When both sides peel down to raw sockets, bytes move with `splice(2)` through a kernel pipe
+//! (created lazily, so an idle connection holds none). Otherwise they are copied through pooled
+//! buffers that are returned to the pool whenever a direction is idle. Counters are added to as
+//! each transfer completes, so statistics are live. Half-close is propagated; the idle timeout
+//! switches to `uplink_only` / `downlink_only` once one direction has finished, as in Xray.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::time::Sleep;
+
+use crate::common::sys;
+use crate::transport::{BoxStream, Peel, RawParts, RawSock};
+
+pub mod pool;
+
+/// Timeouts and buffer size for one relay (from the user level's policy).
+#[derive(Clone, Debug)]
+pub struct RelayOpts {
+    /// Close when no byte moved for this long (zero: never).
+    pub conn_idle: Duration,
+    /// After the server side finished (downlink done), how long the client may still send.
+    pub uplink_only: Duration,
+    /// After the client side finished (uplink done), how long the server may still send.
+    pub downlink_only: Duration,
+    /// Copy buffer size for the buffered path.
+    pub buffer_size: usize,
+    /// Use splice when both sides are raw sockets.
+    pub splice: bool,
+}
+
+impl Default for RelayOpts {
+    fn default() -> Self {
+        RelayOpts {
+            conn_idle: Duration::from_secs(300),
+            uplink_only: Duration::from_secs(1),
+            downlink_only: Duration::from_secs(1),
+            buffer_size: pool::DEFAULT_SIZE,
+            splice: true,
+        }
+    }
+}
+
+/// Live byte counters a relay adds to: uplink is client -> server.
+#[derive(Clone, Default, Debug)]
+pub struct Counters {
+    pub up: Vec<Arc<AtomicU64>>,
+    pub down: Vec<Arc<AtomicU64>>,
+}
+
+#[inline]
+fn add(counters: &[Arc<AtomicU64>], n: usize) {
+    for c in counters {
+        c.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// How a relay ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayStats {
+    pub up: u64,
+    pub down: u64,
+    pub spliced: bool,
+    /// `Some` when a timeout ended it.
+    pub timed_out: Option<&'static str>,
+}
+
+/// The last moment any byte moved, as milliseconds since `base`.
+struct Activity {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+    #[inline]
+    fn touch(&self) {
+        self.last_ms
+            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn last(&self) -> Instant {
+        self.base + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// An idle timer whose deadline is re-read from `Activity` only when it fires.
+struct IdleTimer {
+    sleep: Pin<Box<Sleep>>,
+    timeout: Duration,
+    name: &'static str,
+}
+
+impl IdleTimer {
+    fn new(timeout: Duration, name: &'static str) -> Self {
+        IdleTimer {
+            sleep: Box::pin(tokio::time::sleep(Self::span(timeout))),
+            timeout,
+            name,
+        }
+    }
+    fn span(t: Duration) -> Duration {
+        // Zero idle means "no limit" for connIdle; callers pass a tiny span for "at once".
+        if t.is_zero() {
+            Duration::from_secs(86400 * 365)
+        } else {
+            t
+        }
+    }
+    fn set(&mut self, timeout: Duration, name: &'static str, activity: &Activity) {
+        self.timeout = timeout;
+        self.name = name;
+        let _ = activity;
+        self.sleep.as_mut().reset((Instant::now() + timeout).into());
+    }
+    fn poll_expired(&mut self, cx: &mut Context<'_>, activity: &Activity) -> Poll<&'static str> {
+        loop {
+            ready!(self.sleep.as_mut().poll(cx));
+            if self.timeout.is_zero() {
+                return Poll::Ready(self.name);
+            }
+            let deadline = activity.last() + self.timeout;
+            if deadline <= Instant::now() {
+                return Poll::Ready(self.name);
+            }
+            self.sleep.as_mut().reset(deadline.into());
+        }
+    }
+}
+
+/// Moves bytes both ways between the client side `a` and the server side `b` until both
+/// directions finish, an error occurs, or a timeout fires.
+pub async fn run(
+    a: BoxStream,
+    b: BoxStream,
+    opts: &RelayOpts,
+    counters: &Counters,
+) -> io::Result<RelayStats> {
+    if opts.splice {
+        match (a.peel(), b.peel()) {
+            (Peel::Raw(a), Peel::Raw(b)) => return splice_relay(a, b, opts, counters).await,
+            (a, b) => return copy_relay(unpeel(a).await?, unpeel(b).await?, opts, counters).await,
+        }
+    }
+    copy_relay(a, b, opts, counters).await
+}
+
+async fn unpeel(p: Peel) -> io::Result<BoxStream> {
+    match p {
+        Peel::Stream(s) => Ok(s),
+        Peel::Raw(RawParts {
+            sock,
+            read_pending,
+            write_pending,
+        }) => {
+            let mut s = sock.into_stream(read_pending);
+            if !write_pending.is_empty() {
+                s.write_all(&write_pending).await?;
+            }
+            Ok(s)
+        }
+    }
+}
+
+// ---------------------------------------------------------------- splice path
+
+async fn write_raw(sock: &RawSock, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        sock.writable().await?;
+        match sock.try_write(data) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn splice_dir(
+    from: &RawSock,
+    to: &RawSock,
+    pipe_size: usize,
+    counters: &[Arc<AtomicU64>],
+    activity: &Activity,
+) -> io::Result<u64> {
+    let mut pipe: Option<sys::Pipe> = None;
+    let mut total = 0u64;
+    loop {
+        from.readable().await?;
+        let p = match &pipe {
+            Some(p) => p,
+            None => pipe.insert(sys::Pipe::new(pipe_size)?),
+        };
+        let (pr, pw) = (
+            std::os::fd::AsRawFd::as_raw_fd(&p.read),
+            std::os::fd::AsRawFd::as_raw_fd(&p.write),
+        );
+        // The pipe is empty here, so WouldBlock can only mean the socket has nothing to read.
+        let n = match from.try_read_io(|| sys::splice(from.fd(), pw, pipe_size)) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            to.shutdown_write()?;
+            return Ok(total);
+        }
+        let mut left = n;
+        while left > 0 {
+            match to.try_write_io(|| sys::splice(pr, to.fd(), left)) {
+                Ok(m) => {
+                    left -= m;
+                    total += m as u64;
+                    add(counters, m);
+                    activity.touch();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => to.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+async fn splice_relay(
+    a: RawParts,
+    b: RawParts,
+    opts: &RelayOpts,
+    counters: &Counters,
+) -> io::Result<RelayStats> {
+    // Bytes held above the sockets go first: what each side still had to write, then what each
+    // side had read ahead (which belongs to the other side).
+    write_raw(&a.sock, &a.write_pending).await?;
+    write_raw(&b.sock, &b.write_pending).await?;
+    let (mut up, mut down) = (0u64, 0u64);
+    if !a.read_pending.is_empty() {
+        write_raw(&b.sock, &a.read_pending).await?;
+        add(&counters.up, a.read_pending.len());
+        up += a.read_pending.len() as u64;
+    }
+    if !b.read_pending.is_empty() {
+        write_raw(&a.sock, &b.read_pending).await?;
+        add(&counters.down, b.read_pending.len());
+        down += b.read_pending.len() as u64;
+    }
+    let activity = Activity::new();
+    let pipe = pool::PIPE_SIZE;
+    let upf = splice_dir(&a.sock, &b.sock, pipe, &counters.up, &activity);
+    let downf = splice_dir(&b.sock, &a.sock, pipe, &counters.down, &activity);
+    let (u, d, timed_out) = drive(upf, downf, opts, &activity).await?;
+    Ok(RelayStats {
+        up: up + u,
+        down: down + d,
+        spliced: true,
+        timed_out,
+    })
+}
+
+/// Runs both directions with the idle / half-close timers; returns the byte counts.
+async fn drive<U, D>(
+    up: U,
+    down: D,
+    opts: &RelayOpts,
+    activity: &Activity,
+) -> io::Result<(u64, u64, Option<&'static str>)>
+where
+    U: Future<Output = io::Result<u64>>,
+    D: Future<Output = io::Result<u64>>,
+{
+    let mut up = std::pin::pin!(up);
+    let mut down = std::pin::pin!(down);
+    let mut timer = IdleTimer::new(opts.conn_idle, "connIdle");
+    let (mut up_n, mut down_n): (Option<u64>, Option<u64>) = (None, None);
+    std::future::poll_fn(|cx| loop {
+        let mut progressed = false;
+        if up_n.is_none() {
+            if let Poll::Ready(r) = up.as_mut().poll(cx) {
+                up_n = Some(r?);
+                progressed = true;
+                if down_n.is_none() {
+                    timer.set(opts.downlink_only, "downlinkOnly", activity);
+                }
+            }
+        }
+        if down_n.is_none() {
+            if let Poll::Ready(r) = down.as_mut().poll(cx) {
+                down_n = Some(r?);
+                progressed = true;
+                if up_n.is_none() {
+                    timer.set(opts.uplink_only, "uplinkOnly", activity);
+                }
+            }
+        }
+        if let (Some(u), Some(d)) = (up_n, down_n) {
+            return Poll::Ready(Ok((u, d, None)));
+        }
+        if progressed {
+            continue;
+        }
+        return match timer.poll_expired(cx, activity) {
+            Poll::Ready(name) => {
+                Poll::Ready(Ok((up_n.unwrap_or(0), down_n.unwrap_or(0), Some(name))))
+            }
+            Poll::Pending => Poll::Pending,
+        };
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- buffered path
+
+/// One direction of a buffered copy. The buffer goes back to the pool whenever the direction
+/// waits for input with nothing left to write.
+struct CopyDir {
+    buf: Option<Box<[u8]>>,
+    size: usize,
+    pos: usize,
+    cap: usize,
+    read_done: bool,
+    need_flush: bool,
+    total: u64,
+}
+
+impl CopyDir {
+    fn new(size: usize) -> Self {
+        CopyDir {
+            buf: None,
+            size,
+            pos: 0,
+            cap: 0,
+            read_done: false,
+            need_flush: false,
+            total: 0,
+        }
+    }
+
+    fn poll_copy<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut r: Pin<&mut R>,
+        mut w: Pin<&mut W>,
+        counters: &[Arc<AtomicU64>],
+        activity: &Activity,
+    ) -> Poll<io::Result<u64>>
+    where
+        R: AsyncRead + ?Sized,
+        W: AsyncWrite + ?Sized,
+    {
+        loop {
+            if self.pos == self.cap && !self.read_done {
+                let size = self.size;
+                let buf = self.buf.get_or_insert_with(|| pool::take(size));
+                let mut rb = ReadBuf::new(buf);
+                match r.as_mut().poll_read(cx, &mut rb) {
+                    Poll::Pending => {
+                        if let Some(b) = self.buf.take() {
+                            pool::put(b);
+                        }
+                        if self.need_flush {
+                            ready!(w.as_mut().poll_flush(cx))?;
+                            self.need_flush = false;
+                        }
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Ok(())) => {
+                        let n = rb.filled().len();
+                        if n == 0 {
+                            self.read_done = true;
+                            if let Some(b) = self.buf.take() {
+                                pool::put(b);
+                            }
+                        } else {
+                            self.pos = 0;
+                            self.cap = n;
+                        }
+                    }
+                }
+            }
+            while self.pos < self.cap {
+                let buf = self
+                    .buf
+                    .as_ref()
+                    .expect("buffer held while data is pending");
+                let n = ready!(w.as_mut().poll_write(cx, &buf[self.pos..self.cap]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                self.pos += n;
+                self.total += n as u64;
+                self.need_flush = true;
+                add(counters, n);
+                activity.touch();
+            }
+            if self.read_done {
+                ready!(w.as_mut().poll_flush(cx))?;
+                ready!(w.as_mut().poll_shutdown(cx))?;
+                return Poll::Ready(Ok(self.total));
+            }
+        }
+    }
+}
+
+impl Drop for CopyDir {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            pool::put(b);
+        }
+    }
+}
+
+async fn copy_relay(
+    mut a: BoxStream,
+    mut b: BoxStream,
+    opts: &RelayOpts,
+    counters: &Counters,
+) -> io::Result<RelayStats> {
+    let activity = Activity::new();
+    let mut upd = CopyDir::new(opts.buffer_size);
+    let mut downd = CopyDir::new(opts.buffer_size);
+    let mut timer = IdleTimer::new(opts.conn_idle, "connIdle");
+    let (mut up_n, mut down_n): (Option<u64>, Option<u64>) = (None, None);
+    let act = &activity;
+    let res = std::future::poll_fn(|cx| loop {
+        let mut progressed = false;
+        if up_n.is_none() {
+            if let Poll::Ready(r) =
+                upd.poll_copy(cx, Pin::new(&mut *a), Pin::new(&mut *b), &counters.up, act)
+            {
+                up_n = Some(r?);
+                progressed = true;
+                if down_n.is_none() {
+                    timer.set(opts.downlink_only, "downlinkOnly", act);
+                }
+            }
+        }
+        if down_n.is_none() {
+            if let Poll::Ready(r) = downd.poll_copy(
+                cx,
+                Pin::new(&mut *b),
+                Pin::new(&mut *a),
+                &counters.down,
+                act,
+            ) {
+                down_n = Some(r?);
+                progressed = true;
+                if up_n.is_none() {
+                    timer.set(opts.uplink_only, "uplinkOnly", act);
+                }
+            }
+        }
+        if let (Some(u), Some(d)) = (up_n, down_n) {
+            return Poll::Ready(Ok::<_, io::Error>((u, d, None)));
+        }
+        if progressed {
+            continue;
+        }
+        return match timer.poll_expired(cx, act) {
+            Poll::Ready(name) => Poll::Ready(Ok((upd.total, downd.total, Some(name)))),
+            Poll::Pending => Poll::Pending,
+        };
+    })
+    .await;
+    let (up, down, timed_out) = res?;
+    Ok(RelayStats {
+        up,
+        down,
+        spliced: false,
+        timed_out,
+    })
+}

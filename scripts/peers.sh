@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Installs the peer implementations Ferry is measured and interop-tested against, from the package
+# registries only, into a cache outside the clone. Idempotent: a peer already installed at its pinned
+# version is kept. Usage: scripts/peers.sh [xray|sing-box|ss-rust|debian|all]...
+#
+# Cache: $FERRY_PEERS, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin. Every peer ends up as an
+# executable (or a symlink) in that one folder, which tests and ferry-lab search.
+set -euo pipefail
+
+XRAY_VERSION=v1.260327.0
+SINGBOX_VERSION=v1.14.1
+SSRUST_VERSION=1.25.0
+DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light curl)
+
+BIN="${FERRY_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin}"
+mkdir -p "$BIN"
+STAMPS="$BIN/.versions"
+mkdir -p "$STAMPS"
+
+log() { printf '[peers] %s\n' "$*" >&2; }
+have() { [ -x "$BIN/$1" ] && [ "$(cat "$STAMPS/$1" 2>/dev/null)" = "$2" ]; }
+
+install_xray() {
+  if have xray "$XRAY_VERSION"; then log "xray $XRAY_VERSION cached"; return; fi
+  log "building xray $XRAY_VERSION (go install)"
+  local tmp; tmp=$(mktemp -d)
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install "github.com/xtls/xray-core/main@$XRAY_VERSION"
+  mv "$tmp/main" "$BIN/xray"; rm -rf "$tmp"
+  echo "$XRAY_VERSION" > "$STAMPS/xray"
+}
+
+install_singbox() {
+  if have sing-box "$SINGBOX_VERSION"; then log "sing-box $SINGBOX_VERSION cached"; return; fi
+  log "building sing-box $SINGBOX_VERSION (go install)"
+  local tmp; tmp=$(mktemp -d)
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install "github.com/sagernet/sing-box/cmd/sing-box@$SINGBOX_VERSION"
+  mv "$tmp/sing-box" "$BIN/sing-box"; rm -rf "$tmp"
+  echo "$SINGBOX_VERSION" > "$STAMPS/sing-box"
+}
+
+install_ssrust() {
+  if have ssserver "$SSRUST_VERSION" && [ -x "$BIN/sslocal" ]; then log "shadowsocks-rust $SSRUST_VERSION cached"; return; fi
+  log "building shadowsocks-rust $SSRUST_VERSION (cargo install, stream-cipher)"
+  local tmp; tmp=$(mktemp -d)
+  cargo install --locked shadowsocks-rust --version "$SSRUST_VERSION" --features stream-cipher \
+    --root "$tmp" --bin sslocal --bin ssserver
+  mv "$tmp/bin/sslocal" "$tmp/bin/ssserver" "$BIN/"; rm -rf "$tmp"
+  echo "$SSRUST_VERSION" > "$STAMPS/ssserver"
+}
+
+install_debian() {
+  local missing=()
+  for p in "${DEBIAN_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # The packages' own services must not start on the machine: we start them ourselves on loopback.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    rm -f /usr/sbin/policy-rc.d
+  else
+    log "debian packages present"
+  fi
+  local b
+  for b in v2ray ss-local ss-server ss-tunnel ss-redir trojan iperf3 nginx curl; do
+    local p; p=$(command -v "$b" || true)
+    [ -z "$p" ] && [ -x "/usr/sbin/$b" ] && p="/usr/sbin/$b"
+    [ -z "$p" ] && [ -x "/usr/bin/$b" ] && p="/usr/bin/$b"
+    if [ -n "$p" ]; then ln -sf "$p" "$BIN/$b"; else log "WARNING: $b not found after install"; fi
+  done
+}
+
+report() {
+  log "installed in $BIN:"
+  [ -x "$BIN/xray" ] && printf '  xray      %s\n' "$("$BIN/xray" version 2>/dev/null | head -1)"
+  [ -x "$BIN/sing-box" ] && printf '  sing-box  %s\n' "$("$BIN/sing-box" version 2>/dev/null | head -1)"
+  [ -x "$BIN/ssserver" ] && printf '  ssserver  %s\n' "$("$BIN/ssserver" --version 2>/dev/null | head -1)"
+  [ -x "$BIN/v2ray" ] && printf '  v2ray     %s\n' "$("$BIN/v2ray" -version 2>/dev/null | head -1)"
+  [ -x "$BIN/ss-server" ] && printf '  ss-libev  %s\n' "$(dpkg-query -W -f='${Version}' shadowsocks-libev 2>/dev/null)"
+  [ -x "$BIN/trojan" ] && printf '  trojan    %s\n' "$(dpkg-query -W -f='${Version}' trojan 2>/dev/null)"
+  [ -x "$BIN/iperf3" ] && printf '  iperf3    %s\n' "$(dpkg-query -W -f='${Version}' iperf3 2>/dev/null)"
+  [ -x "$BIN/nginx" ] && printf '  nginx     %s\n' "$(dpkg-query -W -f='${Version}' nginx-light 2>/dev/null)"
+  [ -x "$BIN/curl" ] && printf '  curl      %s\n' "$("$BIN/curl" --version 2>/dev/null | head -1)"
+  echo "$BIN"
+}
+
+targets=("$@"); [ "${#targets[@]}" -eq 0 ] && targets=(all)
+for t in "${targets[@]}"; do
+  case "$t" in
+    xray) install_xray ;;
+    sing-box) install_singbox ;;
+    ss-rust) install_ssrust ;;
+    debian) install_debian ;;
+    all) install_debian; install_xray; install_singbox; install_ssrust ;;
+    *) log "unknown peer group: $t"; exit 2 ;;
+  esac
+done
+report
