@@ -1,0 +1,223 @@
+//! Shared helpers for scenario tests: start the real `ferry` binary with a config, find free
+//! loopback ports, run echo servers, and locate peer binaries (a missing peer fails the test).
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (also free for UDP at the time of asking).
+pub fn free_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+/// The folder scripts/peers.sh installs into.
+pub fn peers_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("FERRY_PEERS") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache")
+        });
+    cache.join("ferry/peers/bin")
+}
+
+/// Path of a peer binary; panics (fails the test) when it is not installed.
+pub fn peer(name: &str) -> PathBuf {
+    let p = peers_dir().join(name);
+    assert!(
+        p.exists(),
+        "peer {name} is not installed at {}: run scripts/peers.sh",
+        p.display()
+    );
+    p
+}
+
+/// A child process killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+    pub dir: tempdir::Dir,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// Everything the process wrote to stdout and stderr so far (for assertion messages).
+    pub fn output(&self) -> String {
+        let out = std::fs::read_to_string(self.dir.path().join("out.log")).unwrap_or_default();
+        let err = std::fs::read_to_string(self.dir.path().join("err.log")).unwrap_or_default();
+        format!(
+            "--- {} stdout\n{out}--- {} stderr\n{err}",
+            self.name, self.name
+        )
+    }
+
+    /// Sends a signal (e.g. libc::SIGTERM).
+    pub fn signal(&self, sig: i32) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status();
+    }
+}
+
+pub mod tempdir {
+    use std::path::{Path, PathBuf};
+    /// A temporary folder removed on drop.
+    pub struct Dir(PathBuf);
+    impl Dir {
+        pub fn new(tag: &str) -> Dir {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p =
+                std::env::temp_dir().join(format!("ferry-test-{}-{tag}-{n}", std::process::id()));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Starts a program with a config file written to a temp folder; `args` may contain `{config}`.
+pub fn spawn_with_config(bin: &std::path::Path, name: &str, config: &str, args: &[&str]) -> Proc {
+    let dir = tempdir::Dir::new(name);
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, config).unwrap();
+    let out = std::fs::File::create(dir.path().join("out.log")).unwrap();
+    let err = std::fs::File::create(dir.path().join("err.log")).unwrap();
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("{config}", cfg.to_str().unwrap()))
+        .collect();
+    let child = Command::new(bin)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+    Proc {
+        child,
+        name: name.to_string(),
+        dir,
+    }
+}
+
+/// Starts `ferry run -c CONFIG` and waits until every port in `wait_tcp` accepts connections.
+pub fn ferry(config: &str, wait_tcp: &[u16]) -> Proc {
+    let p = spawn_with_config(
+        std::path::Path::new(env!("CARGO_BIN_EXE_ferry")),
+        "ferry",
+        config,
+        &["run", "-c", "{config}"],
+    );
+    for port in wait_tcp {
+        wait_listening(*port, &p);
+    }
+    p
+}
+
+/// Waits (up to 20 s) until 127.0.0.1:port accepts a TCP connection.
+pub fn wait_listening(port: u16, p: &Proc) {
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "port {port} never listened\n{}",
+            p.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A TCP echo server on a free port; runs until the test process ends.
+pub fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => {
+                            let _ = s.shutdown(std::net::Shutdown::Write);
+                            return;
+                        }
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A UDP echo server on a free port.
+pub fn udp_echo_server() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = s.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            let _ = s.send_to(&buf[..n], from);
+        }
+    });
+    addr
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so a mismatch shows where it happened.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Writes `data` on one thread while reading the same length back on this one; returns what came back.
+pub fn echo_through(mut s: TcpStream, data: &[u8]) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let out = data.to_vec();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&out).unwrap();
+    });
+    let mut got = vec![0u8; data.len()];
+    s.read_exact(&mut got).unwrap();
+    writer.join().unwrap();
+    got
+}
