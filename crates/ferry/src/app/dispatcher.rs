@@ -34,9 +34,17 @@ impl Dispatcher {
         self.policy.level(0).handshake
     }
 
-    /// Picks the outbound for a session.
-    pub fn pick(&self, s: &Session) -> (&str, &Arc<dyn OutboundHandler>) {
-        let tag = self.router.route(s).unwrap_or(&self.default_outbound);
+    /// Picks the outbound for a session (awaits only when the domain strategy resolves).
+    pub async fn pick(&self, s: &Session) -> (&str, &Arc<dyn OutboundHandler>) {
+        let tag = match self.router.route(s).await {
+            Some(rule) => {
+                if let Some(t) = &rule.tag {
+                    tracing::debug!("[{}] {} matched rule {t}", s.inbound_tag, s.dest);
+                }
+                rule.outbound.as_str()
+            }
+            None => self.default_outbound.as_str(),
+        };
         match self.outbounds.get_key_value(tag) {
             Some((t, o)) => (t.as_str(), o),
             None => {
@@ -108,7 +116,7 @@ impl Dispatcher {
         session: Session,
         stream: BoxStream,
     ) -> io::Result<RelayStats> {
-        let (tag, outbound) = self.pick(&session);
+        let (tag, outbound) = self.pick(&session).await;
         self.access.accepted(&session, tag);
         let level = self.policy.level(session.level());
         let remote = match tokio::time::timeout(
@@ -166,7 +174,7 @@ impl Dispatcher {
         &self,
         session: &Session,
     ) -> io::Result<(Box<dyn PacketConn>, UdpCounters, String)> {
-        let (tag, outbound) = self.pick(session);
+        let (tag, outbound) = self.pick(session).await;
         self.access.accepted(session, tag);
         let pc = outbound.dial_udp(session).await?;
         Ok((pc, self.counters(session, tag), tag.to_string()))
