@@ -1,0 +1,133 @@
+//! Stats and metrics through the real binary: counters equal the bytes moved, and are live.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// GETs `path` from the metrics endpoint with a plain HTTP/1.1 request; returns the body.
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+fn vars(port: u16) -> serde_json::Value {
+    serde_json::from_str(&http_get(port, "/debug/vars")).unwrap()
+}
+
+/// (inbound up, inbound down, outbound up, outbound down) from /debug/vars.
+fn counters(port: u16, inb: &str, outb: &str) -> [u64; 4] {
+    let v = vars(port);
+    let g = |kind: &str, tag: &str, dir: &str| v["stats"][kind][tag][dir].as_u64().unwrap_or(0);
+    [
+        g("inbound", inb, "uplink"),
+        g("inbound", inb, "downlink"),
+        g("outbound", outb, "uplink"),
+        g("outbound", outb, "downlink"),
+    ]
+}
+
+/// Polls until the counters equal `want` (the last chunk may be counted just after the client
+/// read it); fails with the last values after 10 s.
+fn wait_counters(port: u16, want: [u64; 4], f: &Proc) {
+    let t = Instant::now();
+    loop {
+        let got = counters(port, "in", "direct");
+        if got == want {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "counters {got:?}, want {want:?}\n{}",
+            f.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn config(port: u16, mport: u16, to: u16) -> String {
+    format!(
+        r#"{{"stats":{{}},
+            "policy":{{"system":{{"statsInboundUplink":true,"statsInboundDownlink":true,
+                                 "statsOutboundUplink":true,"statsOutboundDownlink":true}}}},
+            "metrics":{{"tag":"metrics","listen":"127.0.0.1:{mport}"}},
+            "inbounds":[{{"tag":"in","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
+                "settings":{{"address":"127.0.0.1","port":{to}}}}}],
+            "outbounds":[{{"protocol":"freedom","tag":"direct"}}]}}"#
+    )
+}
+
+#[test]
+fn counters_equal_bytes_moved() {
+    let echo = echo_server();
+    let (port, mport) = (free_port(), free_port());
+    let f = ferry(&config(port, mport, echo.port()), &[port, mport]);
+    const N: usize = 10 << 20;
+    let data = pattern(N, 11);
+    let got = echo_through(TcpStream::connect(("127.0.0.1", port)).unwrap(), &data);
+    assert!(got == data, "echo differs");
+    let n = N as u64;
+    wait_counters(mport, [n, n, n, n], &f);
+    let prom = http_get(mport, "/metrics");
+    for (kind, tag, dir) in [
+        ("inbound", "in", "uplink"),
+        ("inbound", "in", "downlink"),
+        ("outbound", "direct", "uplink"),
+        ("outbound", "direct", "downlink"),
+    ] {
+        let line = format!(
+            "ferry_traffic_bytes_total{{kind=\"{kind}\",tag=\"{tag}\",direction=\"{dir}\"}} {n}\n"
+        );
+        assert!(prom.contains(&line), "missing {line:?} in\n{prom}");
+    }
+    // A second connection adds to the same counters.
+    let small = pattern(1000, 12);
+    let got = echo_through(TcpStream::connect(("127.0.0.1", port)).unwrap(), &small);
+    assert!(got == small);
+    wait_counters(mport, [n + 1000, n + 1000, n + 1000, n + 1000], &f);
+}
+
+#[test]
+fn counters_are_live_mid_transfer() {
+    // A server that reads everything and answers nothing: the relay stays open.
+    let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sink_port = sink.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel::<TcpStream>();
+    std::thread::spawn(move || {
+        for s in sink.incoming().flatten() {
+            let mut r = s.try_clone().unwrap();
+            let _ = tx.send(s);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while matches!(r.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let (port, mport) = (free_port(), free_port());
+    let f = ferry(&config(port, mport, sink_port), &[port, mport]);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let first = pattern(300_000, 5);
+    c.write_all(&first).unwrap();
+    // The client now waits; the connection is open and the relay has not finished.
+    wait_counters(mport, [300_000, 0, 300_000, 0], &f);
+    // The server answers part-way; the downlink is counted while everything is still open.
+    let mut server = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    server.write_all(&pattern(12_345, 6)).unwrap();
+    let mut back = vec![0u8; 12_345];
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.read_exact(&mut back).unwrap();
+    wait_counters(mport, [300_000, 12_345, 300_000, 12_345], &f);
+    c.write_all(&first[..1000]).unwrap();
+    wait_counters(mport, [301_000, 12_345, 301_000, 12_345], &f);
+}
