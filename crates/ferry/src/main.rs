@@ -57,9 +57,15 @@ enum Cmd {
     },
 }
 
-/// Accepts Xray's single-dash spellings (`-config`, `-test`, `-version`).
+/// Accepts Xray's single-dash spellings (`-config`, `-test`, `-version`), and like Xray treats a
+/// command line that starts with a flag (`ferry -c x.json`, `ferry -test -config x.json`) as `run`.
 fn normalize_args() -> Vec<String> {
-    std::env::args()
+    normalize(std::env::args().collect())
+}
+
+fn normalize(args: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = args
+        .into_iter()
         .map(|a| match a.as_str() {
             "-config" => "--config".to_string(),
             "-test" => "--test".to_string(),
@@ -69,7 +75,17 @@ fn normalize_args() -> Vec<String> {
                 .map(|v| format!("--config={v}"))
                 .unwrap_or(a),
         })
-        .collect()
+        .collect();
+    let first_is_flag = out.get(1).is_some_and(|a| {
+        a.starts_with('-') && !["-h", "--help", "-V", "--version"].contains(&a.as_str())
+    });
+    if first_is_flag {
+        if out.iter().any(|a| a == "version") {
+            return vec![out.swap_remove(0), "version".to_string()];
+        }
+        out.insert(1, "run".to_string());
+    }
+    out
 }
 
 fn read_source(src: &str) -> Result<(String, String)> {
@@ -92,15 +108,17 @@ fn read_source(src: &str) -> Result<(String, String)> {
 fn load(sources: &[String]) -> Result<Config> {
     let mut docs = Vec::new();
     if sources.is_empty() {
-        docs.push(
+        docs.push((
+            String::new(),
             config::json::parse(DEFAULT_CONFIG).map_err(|e| anyhow!("embedded config: {e}"))?,
-        );
+        ));
     }
     for src in sources {
         let (name, text) = read_source(src)?;
-        docs.push(config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?);
+        let doc = config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?;
+        docs.push((name, doc));
     }
-    let merged = config::merge(docs);
+    let merged = config::merge_named(docs);
     let diag = Diagnostics::default();
     let cfg = Config::from_value(&merged, &diag);
     for w in diag.take() {
@@ -246,5 +264,32 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize;
+
+    fn n(a: &[&str]) -> Vec<String> {
+        normalize(a.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn xray_spellings() {
+        assert_eq!(
+            n(&["ferry", "-test", "-config", "a.json"]),
+            ["ferry", "run", "--test", "--config", "a.json"]
+        );
+        assert_eq!(
+            n(&["ferry", "-c", "a.json"]),
+            ["ferry", "run", "-c", "a.json"]
+        );
+        assert_eq!(n(&["ferry", "-version"]), ["ferry", "version"]);
+        assert_eq!(
+            n(&["ferry", "run", "-config=a"]),
+            ["ferry", "run", "--config=a"]
+        );
+        assert_eq!(n(&["ferry", "--help"]), ["ferry", "--help"]);
     }
 }

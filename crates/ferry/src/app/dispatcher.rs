@@ -35,24 +35,25 @@ impl Dispatcher {
     }
 
     /// Picks the outbound for a session (awaits only when the domain strategy resolves).
-    pub async fn pick(&self, s: &Session) -> (&str, &Arc<dyn OutboundHandler>) {
-        let tag = match self.router.route(s).await {
+    /// The flag tells whether a routing rule chose it (`false`: the default outbound).
+    pub async fn pick(&self, s: &Session) -> (&str, &Arc<dyn OutboundHandler>, bool) {
+        let (tag, routed) = match self.router.route(s).await {
             Some(rule) => {
                 if let Some(t) = &rule.tag {
                     tracing::debug!("[{}] {} matched rule {t}", s.inbound_tag, s.dest);
                 }
-                rule.outbound.as_str()
+                (rule.outbound.as_str(), true)
             }
-            None => self.default_outbound.as_str(),
+            None => (self.default_outbound.as_str(), false),
         };
         match self.outbounds.get_key_value(tag) {
-            Some((t, o)) => (t.as_str(), o),
+            Some((t, o)) => (t.as_str(), o, routed),
             None => {
                 let (t, o) = self
                     .outbounds
                     .get_key_value(&self.default_outbound)
                     .expect("default outbound exists");
-                (t.as_str(), o)
+                (t.as_str(), o, false)
             }
         }
     }
@@ -116,8 +117,8 @@ impl Dispatcher {
         session: Session,
         stream: BoxStream,
     ) -> io::Result<RelayStats> {
-        let (tag, outbound) = self.pick(&session).await;
-        self.access.accepted(&session, tag);
+        let (tag, outbound, routed) = self.pick(&session).await;
+        self.access.accepted(&session, tag, routed);
         let level = self.policy.level(session.level());
         let remote = match tokio::time::timeout(
             level.handshake.max(Duration::from_secs(1)),
@@ -174,8 +175,8 @@ impl Dispatcher {
         &self,
         session: &Session,
     ) -> io::Result<(Box<dyn PacketConn>, UdpCounters, String)> {
-        let (tag, outbound) = self.pick(session).await;
-        self.access.accepted(session, tag);
+        let (tag, outbound, routed) = self.pick(session).await;
+        self.access.accepted(session, tag, routed);
         let pc = outbound.dial_udp(session).await?;
         Ok((pc, self.counters(session, tag), tag.to_string()))
     }

@@ -86,24 +86,12 @@ impl AccessLog {
         AccessLog { out: None }
     }
 
-    /// `from SRC accepted tcp:DST [inbound -> outbound] email: E`
-    pub fn accepted(&self, s: &Session, outbound: &str) {
+    /// `from SRC accepted tcp:DST [inbound -> outbound] email: E`, as Xray writes it: `->` when a
+    /// routing rule chose the outbound, `>>` for the default one; only the outbound tag when the
+    /// inbound is untagged; no brackets when the outbound is untagged.
+    pub fn accepted(&self, s: &Session, outbound: &str, routed: bool) {
         let Some(out) = &self.out else { return };
-        let email = s
-            .user
-            .as_ref()
-            .map(|u| format!(" email: {}", u.email))
-            .unwrap_or_default();
-        let line = format!(
-            "{} from {} accepted {}:{} [{} -> {}]{}\n",
-            timestamp(),
-            s.source,
-            s.network,
-            s.dest,
-            s.inbound_tag,
-            outbound,
-            email
-        );
+        let line = format!("{} {}\n", timestamp(), accepted_line(s, outbound, routed));
         if let Ok(mut w) = out.lock() {
             let _ = w.write_all(line.as_bytes());
             let _ = w.flush();
@@ -118,6 +106,28 @@ impl AccessLog {
             let _ = w.flush();
         }
     }
+}
+
+/// The access-log text after the timestamp.
+fn accepted_line(s: &Session, outbound: &str, routed: bool) -> String {
+    let detour = match (s.inbound_tag.is_empty(), outbound.is_empty()) {
+        (_, true) => String::new(),
+        (true, false) => format!(" [{outbound}]"),
+        (false, false) => format!(
+            " [{} {} {outbound}]",
+            s.inbound_tag,
+            if routed { "->" } else { ">>" }
+        ),
+    };
+    let email = s
+        .user
+        .as_ref()
+        .map(|u| format!(" email: {}", u.email))
+        .unwrap_or_default();
+    format!(
+        "from {} accepted {}:{}{detour}{email}",
+        s.source, s.network, s.dest
+    )
 }
 
 /// `YYYY/MM/DD HH:MM:SS.uuuuuu` in UTC.
@@ -148,6 +158,45 @@ fn timestamp() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::accepted_line;
+    use crate::common::{Destination, Network};
+    use crate::proxy::{Session, User};
+
+    #[test]
+    fn access_line_like_xray() {
+        let mut s = Session {
+            inbound_tag: "in".into(),
+            source: "127.0.0.1:5000".parse().unwrap(),
+            local: "127.0.0.1:1080".parse().unwrap(),
+            dest: Destination::parse("example.com:443").unwrap(),
+            network: Network::Tcp,
+            user: None,
+            protocol: "socks",
+        };
+        assert_eq!(
+            accepted_line(&s, "out", true),
+            "from 127.0.0.1:5000 accepted tcp:example.com:443 [in -> out]"
+        );
+        assert_eq!(
+            accepted_line(&s, "out", false),
+            "from 127.0.0.1:5000 accepted tcp:example.com:443 [in >> out]"
+        );
+        assert_eq!(
+            accepted_line(&s, "", false),
+            "from 127.0.0.1:5000 accepted tcp:example.com:443"
+        );
+        s.inbound_tag = "".into();
+        s.network = Network::Udp;
+        s.user = Some(User {
+            email: "a@b".into(),
+            level: 0,
+        });
+        assert_eq!(
+            accepted_line(&s, "out", true),
+            "from 127.0.0.1:5000 accepted udp:example.com:443 [out] email: a@b"
+        );
+    }
+
     #[test]
     fn timestamp_shape() {
         let t = super::timestamp();
