@@ -566,6 +566,13 @@ fn parse_rule(r: &Obj<'_>) -> Result<Rule> {
         None => return Err(ConfigError::new(r.path(), "a rule needs an outboundTag")),
     };
     let tag = r.str("ruleTag")?;
+    if conds.is_empty() {
+        // Xray refuses such a rule rather than letting it match everything.
+        return Err(ConfigError::new(
+            r.path(),
+            "this rule has no effective fields",
+        ));
+    }
     Ok(Rule::new(conds, outbound, tag))
 }
 
