@@ -104,13 +104,21 @@ fn counters_are_live_mid_transfer() {
     let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let sink_port = sink.local_addr().unwrap().port();
     let (tx, rx) = std::sync::mpsc::channel::<TcpStream>();
+    // Readiness probes also reach it, so it hands over the connection that carried our bytes.
     std::thread::spawn(move || {
         for s in sink.incoming().flatten() {
-            let mut r = s.try_clone().unwrap();
-            let _ = tx.send(s);
+            let tx = tx.clone();
             std::thread::spawn(move || {
+                let (mut r, mut total, mut sent) = (s.try_clone().unwrap(), 0, Some(s));
                 let mut buf = [0u8; 65536];
-                while matches!(r.read(&mut buf), Ok(n) if n > 0) {}
+                while let Ok(n @ 1..) = r.read(&mut buf) {
+                    total += n;
+                    if total >= 300_000 {
+                        if let Some(s) = sent.take() {
+                            let _ = tx.send(s);
+                        }
+                    }
+                }
             });
         }
     });
