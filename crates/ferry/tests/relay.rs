@@ -221,7 +221,7 @@ fn unreachable_target_closes_the_client_and_others_keep_flowing() {
         echo.port()
     );
     let _f = ferry(&cfg, &[p1, p2]);
-    let mut live = TcpStream::connect(("127.0.0.1", p2)).unwrap();
+    let live = TcpStream::connect(("127.0.0.1", p2)).unwrap();
     for _ in 0..20 {
         let mut c = TcpStream::connect(("127.0.0.1", p1)).unwrap();
         let _ = c.write_all(b"x");
