@@ -95,3 +95,48 @@ fn domain_ip_and_port_rules_and_domain_strategy() {
     let got = send_and_read_all(p4, b"x");
     assert!(got.is_empty(), "default blackhole returned {got:?}");
 }
+
+#[test]
+fn network_rule_splits_udp_from_tcp() {
+    let echo = echo_server();
+    let uecho = udp_echo_server();
+    let (pt, pu, pu2) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        r#"{{"inbounds":[
+              {{"tag":"u","listen":"127.0.0.1","port":{pu},"protocol":"dokodemo-door",
+                "settings":{{"address":"127.0.0.1","port":{},"network":"udp"}}}},
+              {{"tag":"u2","listen":"127.0.0.1","port":{pu2},"protocol":"dokodemo-door",
+                "settings":{{"address":"127.0.0.1","port":{},"network":"udp"}}}},
+              {{"tag":"t","listen":"127.0.0.1","port":{pt},"protocol":"dokodemo-door",
+                "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
+            "outbounds":[{{"protocol":"freedom","tag":"direct"}},{{"protocol":"blackhole","tag":"block"}}],
+            "routing":{{"rules":[{{"network":"udp","inboundTag":["u"],"outboundTag":"block"}}]}}}}"#,
+        uecho.port(),
+        uecho.port(),
+        echo.port()
+    );
+    // Inbounds are bound in order: once the TCP one (last) listens, the UDP ones are bound.
+    let f = ferry(&cfg, &[pt]);
+    let data = pattern(5000, 1);
+    let got = echo_through(TcpStream::connect(("127.0.0.1", pt)).unwrap(), &data);
+    assert!(got == data);
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 100];
+    // u2 goes direct (proves the UDP path works at all)...
+    s.send_to(b"ping", ("127.0.0.1", pu2)).unwrap();
+    let (n, _) = s
+        .recv_from(&mut buf)
+        .unwrap_or_else(|e| panic!("{e}\n{}", f.output()));
+    assert_eq!(&buf[..n], b"ping");
+    // ...u is blackholed: nothing comes back.
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    for _ in 0..3 {
+        s.send_to(b"ping", ("127.0.0.1", pu)).unwrap();
+    }
+    assert!(
+        s.recv_from(&mut buf).is_err(),
+        "blackholed UDP got an answer"
+    );
+}
