@@ -228,7 +228,7 @@ impl SocksInbound {
         user: Option<User>,
         ctx: &InboundCtx,
     ) -> io::Result<()> {
-        let local_ip = ctx.local.ip();
+        let local_ip = ctx.local.ip().to_canonical();
         let sock = match UdpSocket::bind(SocketAddr::new(local_ip, 0)).await {
             Ok(s) => s,
             Err(e) => {

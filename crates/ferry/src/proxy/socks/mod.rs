@@ -181,3 +181,76 @@ pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn Outb
         dialer: b.dialer.clone(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Diagnostics;
+    use serde_json::json;
+
+    fn inbound(v: serde_json::Value) -> std::result::Result<(), ConfigError> {
+        let d = Diagnostics::default();
+        let o = Obj::new(&v, "inbounds[0].settings", &d)?;
+        build_inbound(&o, &InboundBuild { tag: "t", diag: &d }).map(|_| ())
+    }
+
+    #[test]
+    fn inbound_settings_errors_name_their_path() {
+        assert!(inbound(json!({"auth": "noauth", "udp": true, "ip": "127.0.0.1"})).is_ok());
+        assert!(
+            inbound(json!({"auth": "password", "users": [{"user": "a", "pass": "b"}]})).is_ok()
+        );
+        assert_eq!(
+            inbound(json!({"auth": "password"})).unwrap_err().path,
+            "inbounds[0].settings.accounts"
+        );
+        assert_eq!(
+            inbound(json!({"auth": "gssapi"})).unwrap_err().path,
+            "inbounds[0].settings.auth"
+        );
+        assert_eq!(
+            inbound(json!({"ip": "nope"})).unwrap_err().path,
+            "inbounds[0].settings.ip"
+        );
+        assert_eq!(
+            inbound(json!({"auth": "password", "accounts": [{"pass": "x"}]}))
+                .unwrap_err()
+                .path,
+            "inbounds[0].settings.accounts[0].user"
+        );
+    }
+
+    #[test]
+    fn outbound_server_forms() {
+        let d = Diagnostics::default();
+        let v = json!({"servers": [{"address": "1.2.3.4", "port": 1080,
+            "users": [{"user": "u", "pass": "p", "level": 0}]}]});
+        let s = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
+        assert_eq!(s.dest, Destination::parse("1.2.3.4:1080").unwrap());
+        assert_eq!(s.user, Some(("u".into(), "p".into())));
+        let v = json!({"address": "h", "port": "8080", "user": "u", "pass": "p"});
+        let s = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
+        assert_eq!(s.dest, Destination::parse("h:8080").unwrap());
+        assert_eq!(s.user, Some(("u".into(), "p".into())));
+        let v = json!({"servers": [{"address": "a", "port": 1}, {"address": "b", "port": 2}]});
+        assert_eq!(
+            parse_server(&Obj::new(&v, "s", &d).unwrap())
+                .unwrap_err()
+                .path,
+            "s.servers"
+        );
+        let v = json!({"servers": [{"address": "a"}]});
+        assert_eq!(
+            parse_server(&Obj::new(&v, "s", &d).unwrap())
+                .unwrap_err()
+                .path,
+            "s.servers[0].port"
+        );
+        assert_eq!(
+            parse_server(&Obj::new(&json!({}), "s", &d).unwrap())
+                .unwrap_err()
+                .path,
+            "s.servers"
+        );
+    }
+}
