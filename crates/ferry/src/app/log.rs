@@ -92,6 +92,7 @@ impl AccessLog {
         let email = s
             .user
             .as_ref()
+            .filter(|u| !u.email.is_empty())
             .map(|u| format!(" email: {}", u.email))
             .unwrap_or_default();
         let line = format!(

@@ -323,13 +323,21 @@ impl Allowed {
     }
 }
 
+/// The largest UDP payload (IPv4: 65535 - 20 - 8).
+const MAX_UDP_PAYLOAD: usize = 65507;
+
 /// Sends replies back to the client wrapped in the SOCKS5 UDP header.
 struct Reply(Arc<UdpSocket>);
 
 #[async_trait]
 impl UdpReply for Reply {
     async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()> {
-        let mut pkt = Vec::with_capacity(codec::udp_header_len(from) + data.len());
+        let len = codec::udp_header_len(from) + data.len();
+        if len > MAX_UDP_PAYLOAD {
+            tracing::debug!("socks udp: {len}-byte reply to {client} does not fit; dropped");
+            return Ok(());
+        }
+        let mut pkt = Vec::with_capacity(len);
         codec::encode_udp_header(from, &mut pkt);
         pkt.extend_from_slice(data);
         self.0.send_to(&pkt, client).await.map(|_| ())
