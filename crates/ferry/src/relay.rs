@@ -481,3 +481,159 @@ async fn copy_relay(
         timed_out,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Prefixed;
+    use bytes::Bytes;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn tcp_pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    fn counters() -> Counters {
+        Counters {
+            up: vec![Arc::new(AtomicU64::new(0))],
+            down: vec![Arc::new(AtomicU64::new(0))],
+        }
+    }
+
+    /// Client writes `up` then half-closes; server side writes `down` then half-closes.
+    async fn exchange(
+        mut client: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        mut server: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        up: Vec<u8>,
+        down: Vec<u8>,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let c = tokio::spawn(async move {
+            let (mut r, mut w) = tokio::io::split(&mut client);
+            let wr = async {
+                w.write_all(&up).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            let mut got = Vec::new();
+            let rd = r.read_to_end(&mut got);
+            let (_, n) = tokio::join!(wr, rd);
+            n.unwrap();
+            got
+        });
+        let s = tokio::spawn(async move {
+            let (mut r, mut w) = tokio::io::split(&mut server);
+            let wr = async {
+                w.write_all(&down).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            let mut got = Vec::new();
+            let rd = r.read_to_end(&mut got);
+            let (_, n) = tokio::join!(wr, rd);
+            n.unwrap();
+            got
+        });
+        (c.await.unwrap(), s.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn splice_path_moves_and_counts_including_pending_bytes() {
+        let (client, a) = tcp_pair().await;
+        let (b, server) = tcp_pair().await;
+        // The inbound read 5 bytes past its header: they must reach the server first.
+        let a: BoxStream = Box::new(Prefixed::new(Bytes::from_static(b"head:"), Box::new(a)));
+        let cs = counters();
+        let c2 = cs.clone();
+        let relay = tokio::spawn(async move {
+            run(a, Box::new(b), &RelayOpts::default(), &c2)
+                .await
+                .unwrap()
+        });
+        let up = vec![7u8; 3 << 20];
+        let down = vec![9u8; 2 << 20];
+        let (got_client, got_server) = exchange(client, server, up.clone(), down.clone()).await;
+        let st = relay.await.unwrap();
+        assert!(st.spliced);
+        assert_eq!(&got_server[..5], b"head:");
+        assert_eq!(&got_server[5..], &up[..]);
+        assert_eq!(got_client, down);
+        assert_eq!(st.up, up.len() as u64 + 5);
+        assert_eq!(cs.up[0].load(Ordering::Relaxed), up.len() as u64 + 5);
+        assert_eq!(cs.down[0].load(Ordering::Relaxed), down.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn copy_path_moves_counts_and_half_closes() {
+        let (client, a) = tokio::io::duplex(4096);
+        let (b, server) = tokio::io::duplex(4096);
+        let cs = counters();
+        let c2 = cs.clone();
+        let relay = tokio::spawn(async move {
+            run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2)
+                .await
+                .unwrap()
+        });
+        let up: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
+        let down: Vec<u8> = (0..700_000u32).map(|i| (i * 7) as u8).collect();
+        let (got_client, got_server) = exchange(client, server, up.clone(), down.clone()).await;
+        let st = relay.await.unwrap();
+        assert!(!st.spliced);
+        assert_eq!(got_server, up);
+        assert_eq!(got_client, down);
+        assert_eq!(cs.up[0].load(Ordering::Relaxed), up.len() as u64);
+        assert_eq!(cs.down[0].load(Ordering::Relaxed), down.len() as u64);
+        assert_eq!(st.timed_out, None);
+    }
+
+    #[tokio::test]
+    async fn idle_timeout_ends_a_silent_relay() {
+        for splice in [true, false] {
+            let (_client, a) = tcp_pair().await;
+            let (b, _server) = tcp_pair().await;
+            let opts = RelayOpts {
+                conn_idle: Duration::from_millis(200),
+                splice,
+                ..RelayOpts::default()
+            };
+            let t = Instant::now();
+            let st = run(Box::new(a), Box::new(b), &opts, &Counters::default())
+                .await
+                .unwrap();
+            assert_eq!(st.timed_out, Some("connIdle"));
+            assert!(t.elapsed() >= Duration::from_millis(200));
+            assert!(t.elapsed() < Duration::from_secs(5));
+        }
+    }
+
+    #[tokio::test]
+    async fn downlink_only_limits_the_wait_after_the_client_finished() {
+        let (mut client, a) = tcp_pair().await;
+        let (b, _server) = tcp_pair().await;
+        let opts = RelayOpts {
+            downlink_only: Duration::from_millis(300),
+            ..RelayOpts::default()
+        };
+        let relay = tokio::spawn(async move {
+            run(Box::new(a), Box::new(b), &opts, &Counters::default())
+                .await
+                .unwrap()
+        });
+        client.shutdown().await.unwrap();
+        let st = tokio::time::timeout(Duration::from_secs(5), relay)
+            .await
+            .expect("relay ended")
+            .unwrap();
+        assert_eq!(st.timed_out, Some("downlinkOnly"));
+    }
+
+    #[test]
+    fn pool_reuses_buffers() {
+        let b = pool::take(1000);
+        let p = b.as_ptr();
+        pool::put(b);
+        let again = pool::take(1000);
+        assert_eq!(again.as_ptr(), p);
+    }
+}
