@@ -215,7 +215,8 @@ async fn accept_loop(
         let ctx = InboundCtx {
             tag: tag.clone(),
             source: peer,
-            local,
+            // The address this connection arrived on (the listener's may be unspecified).
+            local: sock.local_addr().unwrap_or(local),
             dispatcher: dispatcher.clone(),
         };
         let h = handler.clone();

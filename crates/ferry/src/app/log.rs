@@ -122,6 +122,7 @@ fn accepted_line(s: &Session, outbound: &str, routed: bool) -> String {
     let email = s
         .user
         .as_ref()
+        .filter(|u| !u.email.is_empty())
         .map(|u| format!(" email: {}", u.email))
         .unwrap_or_default();
     format!(

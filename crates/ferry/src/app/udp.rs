@@ -60,6 +60,14 @@ impl UdpNat {
         self.len() == 0
     }
 
+    /// Ends every session: their packet channels close as their tasks see the queue end.
+    pub fn close(&self) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     /// Forwards one datagram from `session.source` to `session.dest`, opening a session if needed.
     pub fn send(self: &Arc<Self>, session: Session, data: Bytes) {
         let key = session.source;

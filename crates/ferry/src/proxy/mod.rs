@@ -4,6 +4,9 @@
 pub mod blackhole;
 pub mod dokodemo;
 pub mod freedom;
+pub mod head;
+pub mod http;
+pub mod socks;
 
 use std::io;
 use std::net::SocketAddr;
@@ -127,13 +130,18 @@ pub type OutboundBuilder =
     fn(&Obj<'_>, &OutboundBuild<'_>) -> crate::config::reader::Result<Arc<dyn OutboundHandler>>;
 
 /// Inbound protocols by name (and Xray's aliases).
-pub const INBOUNDS: &[(&[&str], InboundBuilder)] =
-    &[(&["dokodemo-door", "tunnel"], dokodemo::build)];
+pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
+    (&["dokodemo-door", "tunnel"], dokodemo::build),
+    (&["socks", "mixed"], socks::build_inbound),
+    (&["http"], http::build_inbound),
+];
 
 /// Outbound protocols by name (and Xray's aliases).
 pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["freedom", "direct"], freedom::build),
     (&["blackhole", "block"], blackhole::build),
+    (&["socks"], socks::build_outbound),
+    (&["http"], http::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
@@ -142,9 +150,6 @@ pub const KNOWN_ELSEWHERE: &[&str] = &[
     "vmess",
     "trojan",
     "shadowsocks",
-    "socks",
-    "http",
-    "mixed",
     "dns",
     "wireguard",
     "hysteria",

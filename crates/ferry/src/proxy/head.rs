@@ -1,0 +1,75 @@
+//! Reading a protocol header off a stream: a bounded buffer that keeps whatever was read past
+//! the header and hands it on in front of the stream.
+
+use std::io;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::transport::{BoxStream, Prefixed};
+
+/// A stream and the bytes read from it that nobody consumed yet.
+pub struct HeadReader {
+    pub stream: BoxStream,
+    pub buf: BytesMut,
+    limit: usize,
+}
+
+impl HeadReader {
+    /// `limit`: the most bytes a header may take before reading more is an error.
+    pub fn new(stream: BoxStream, limit: usize) -> Self {
+        HeadReader {
+            stream,
+            buf: BytesMut::with_capacity(512),
+            limit,
+        }
+    }
+
+    /// Starts with bytes already read (e.g. a protocol-detection byte).
+    pub fn with_prefix(stream: BoxStream, prefix: &[u8], limit: usize) -> Self {
+        let mut r = Self::new(stream, limit);
+        r.buf.extend_from_slice(prefix);
+        r
+    }
+
+    /// Reads more bytes. EOF and a full buffer are errors (the header is incomplete).
+    pub async fn fill(&mut self) -> io::Result<()> {
+        if self.buf.len() >= self.limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("header longer than {} bytes", self.limit),
+            ));
+        }
+        let room = (self.limit - self.buf.len()).min(16 * 1024);
+        self.buf.reserve(room);
+        let n = (&mut self.stream)
+            .take(room as u64)
+            .read_buf(&mut self.buf)
+            .await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed in the middle of the header",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Drops `n` parsed bytes from the front.
+    pub fn consume(&mut self, n: usize) {
+        self.buf.advance(n.min(self.buf.len()));
+    }
+
+    pub async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.stream.write_all(data).await
+    }
+
+    /// The stream, with any bytes read past the header in front.
+    pub fn into_stream(self) -> BoxStream {
+        if self.buf.is_empty() {
+            self.stream
+        } else {
+            Box::new(Prefixed::new(self.buf.freeze(), self.stream))
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The `http` inbound (and the HTTP half of `socks`/`mixed`).
+
+use std::io;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use tokio::time::{timeout_at, Instant};
+
+use super::codec::{self, Error as CodecError, Target};
+use crate::common::{Destination, Network};
+use crate::proxy::head::HeadReader;
+use crate::proxy::socks::Accounts;
+use crate::proxy::{InboundCtx, InboundHandler, User};
+use crate::transport::{BoxStream, Prefixed};
+
+/// Settings of an HTTP proxy inbound.
+#[derive(Clone, Debug, Default)]
+pub struct HttpConfig {
+    /// Basic-auth accounts; empty = no authentication.
+    pub accounts: Accounts,
+    /// Serve origin-form requests (routed by `Host`) too.
+    pub allow_transparent: bool,
+    pub level: u32,
+}
+
+/// An HTTP proxy inbound.
+pub struct HttpInbound {
+    cfg: HttpConfig,
+}
+
+/// What a request head asks for, once it was checked.
+struct Accepted {
+    dest: Destination,
+    user: Option<User>,
+    /// Bytes to send upstream before the rest of the client stream (the rewritten head).
+    upstream_head: Option<Vec<u8>>,
+}
+
+fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+impl HttpInbound {
+    pub fn new(cfg: HttpConfig) -> Self {
+        HttpInbound { cfg }
+    }
+
+    /// Serves one connection whose first bytes may already be in `r`.
+    pub async fn serve(
+        &self,
+        mut r: HeadReader,
+        ctx: InboundCtx,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let acc = match timeout_at(deadline, self.handshake(&mut r, &ctx)).await {
+            Ok(a) => a?,
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "http: handshake timed out",
+                ))
+            }
+        };
+        let mut s = ctx.session(acc.dest, Network::Tcp, "http");
+        s.user = acc.user;
+        let stream: BoxStream = match acc.upstream_head {
+            None => r.into_stream(),
+            Some(mut head) => {
+                head.extend_from_slice(&r.buf);
+                r.buf = BytesMut::new();
+                Box::new(Prefixed::new(Bytes::from(head), r.into_stream()))
+            }
+        };
+        ctx.dispatcher.dispatch_tcp(s, stream).await.map(|_| ())
+    }
+
+    async fn handshake(&self, r: &mut HeadReader, ctx: &InboundCtx) -> io::Result<Accepted> {
+        let mut scanned = 0;
+        let len = loop {
+            match codec::head_len(&r.buf, scanned) {
+                Ok(Some(n)) => break n,
+                Ok(None) => {
+                    scanned = r.buf.len();
+                    r.fill().await?;
+                }
+                Err(e) => {
+                    let _ = r.write_all(codec::RESP_431).await;
+                    return Err(invalid(format!("http: {e}")));
+                }
+            }
+        };
+        let head = r.buf.split_to(len);
+        let req = match codec::parse_request(&head) {
+            Ok(req) => req,
+            Err(e) => {
+                let _ = r.write_all(codec::RESP_400).await;
+                return Err(invalid(format!("http: {e}")));
+            }
+        };
+        let mut user = (self.cfg.level != 0).then(|| User {
+            email: "".into(),
+            level: self.cfg.level,
+        });
+        if !self.cfg.accounts.is_empty() {
+            let creds = req
+                .header("Proxy-Authorization")
+                .and_then(codec::parse_basic);
+            let name = creds.and_then(|(u, p)| {
+                let u = String::from_utf8(u).ok()?;
+                let ok = self.cfg.accounts.get(&u)?.as_bytes() == p.as_slice();
+                ok.then_some(u)
+            });
+            let Some(name) = name else {
+                let _ = r.write_all(codec::RESP_407).await;
+                ctx.dispatcher
+                    .access
+                    .rejected(ctx.source, "http: invalid user");
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "http: missing or wrong proxy credentials",
+                ));
+            };
+            user = Some(User {
+                email: Arc::from(name.as_str()),
+                level: self.cfg.level,
+            });
+        }
+        match codec::target(&req, self.cfg.allow_transparent) {
+            Ok(Target::Connect(dest)) => {
+                r.write_all(codec::RESP_200).await?;
+                Ok(Accepted {
+                    dest,
+                    user,
+                    upstream_head: None,
+                })
+            }
+            Ok(Target::Forward { dest, host, path }) => Ok(Accepted {
+                upstream_head: Some(codec::rewrite_forward(&req, &host, &path)),
+                dest,
+                user,
+            }),
+            Err(e) => {
+                let _ = r.write_all(codec::RESP_400).await;
+                let what = match e {
+                    CodecError::NotProxyRequest => {
+                        "origin-form request (allowTransparent is off)".to_string()
+                    }
+                    e => e.to_string(),
+                };
+                Err(invalid(format!("http: {what}")))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl InboundHandler for HttpInbound {
+    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+        let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let r = HeadReader::new(stream, codec::MAX_HEAD + 1);
+        self.serve(r, ctx, deadline).await
+    }
+}

@@ -1,0 +1,53 @@
+//! `http`: an HTTP proxy inbound (CONNECT tunnels and plain forward requests, Basic auth) and
+//! an outbound that tunnels through an HTTP proxy with CONNECT.
+
+pub mod codec;
+pub mod inbound;
+pub mod outbound;
+
+use std::sync::Arc;
+
+use super::socks::{parse_accounts, parse_server, user_level};
+use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
+use crate::config::reader::{as_str, ConfigError, Obj, Result};
+
+pub fn build_inbound(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
+    let accounts = parse_accounts(o)?;
+    let allow_transparent = o.bool("allowTransparent")?.unwrap_or(false);
+    let level = user_level(o)?;
+    o.ignore(&["timeout"]);
+    Ok(Arc::new(inbound::HttpInbound::new(inbound::HttpConfig {
+        accounts,
+        allow_transparent,
+        level,
+    })))
+}
+
+pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
+    let server = parse_server(o)?;
+    let mut headers = Vec::new();
+    if let Some((p, v)) = o.get("headers") {
+        let Some(m) = v.as_object() else {
+            return Err(ConfigError::new(
+                p,
+                "expected an object of header names to values",
+            ));
+        };
+        for (k, val) in m {
+            let val = as_str(val, &format!("{p}.{k}"))?;
+            let bad = |s: &str| s.bytes().any(|c| c == b'\r' || c == b'\n');
+            if k.is_empty() || bad(k) || bad(val) || k.contains(':') {
+                return Err(ConfigError::new(
+                    format!("{p}.{k}"),
+                    "is not a valid header",
+                ));
+            }
+            headers.push((k.clone(), val.to_string()));
+        }
+    }
+    Ok(Arc::new(outbound::HttpOutbound::new(
+        server,
+        headers,
+        b.dialer.clone(),
+    )))
+}

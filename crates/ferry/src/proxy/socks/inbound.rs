@@ -1,0 +1,345 @@
+//! The `socks`/`mixed` inbound: reads the first byte and serves SOCKS5, SOCKS4/4a or HTTP.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncReadExt;
+use tokio::net::UdpSocket;
+use tokio::time::{timeout_at, Instant};
+
+use super::codec::{self, Error as CodecError, Parsed};
+use super::InboundConfig;
+use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
+use crate::common::addr::AddrError;
+use crate::common::{Address, Destination, Network};
+use crate::proxy::head::HeadReader;
+use crate::proxy::http::inbound::{HttpConfig, HttpInbound};
+use crate::proxy::{InboundCtx, InboundHandler, User};
+use crate::transport::BoxStream;
+
+/// Serves SOCKS5, SOCKS4/4a and (like Xray's socks inbound) HTTP proxy requests on one port.
+pub struct SocksInbound {
+    cfg: InboundConfig,
+    http: HttpInbound,
+}
+
+impl SocksInbound {
+    pub fn new(cfg: InboundConfig) -> Self {
+        let http = HttpInbound::new(HttpConfig {
+            accounts: cfg.accounts.clone().unwrap_or_default(),
+            allow_transparent: false,
+            level: cfg.level,
+        });
+        SocksInbound { cfg, http }
+    }
+
+    /// The user a connection runs as: the authenticated one, or an anonymous one carrying
+    /// `userLevel` so the level's policy applies.
+    fn user(&self, name: Option<&str>) -> Option<User> {
+        match name {
+            Some(n) => Some(User {
+                email: n.into(),
+                level: self.cfg.level,
+            }),
+            None if self.cfg.level != 0 => Some(User {
+                email: "".into(),
+                level: self.cfg.level,
+            }),
+            None => None,
+        }
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "handshake timed out")
+}
+
+/// Reads until `parse` has a whole message; consumes it.
+async fn read_msg<T>(
+    r: &mut HeadReader,
+    parse: impl Fn(&[u8]) -> Parsed<T>,
+) -> Result<T, io::Error> {
+    loop {
+        match parse(&r.buf) {
+            Ok(Some((v, n))) => {
+                r.consume(n);
+                return Ok(v);
+            }
+            Ok(None) => r.fill().await?,
+            Err(e) => return Err(invalid(e.to_string())),
+        }
+    }
+}
+
+/// What a finished SOCKS handshake asks for.
+enum Next {
+    Connect(Destination, Option<User>),
+    Udp(Destination, Option<User>),
+}
+
+#[async_trait]
+impl InboundHandler for SocksInbound {
+    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+        let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let mut stream = stream;
+        let mut first = [0u8; 1];
+        let n = match timeout_at(deadline, stream.read(&mut first)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(timed_out()),
+        };
+        if n == 0 {
+            // A connect-and-close health check.
+            return Ok(());
+        }
+        let mut r =
+            HeadReader::with_prefix(stream, &first, crate::proxy::http::codec::MAX_HEAD + 1);
+        let next = match first[0] {
+            codec::VER5 => timeout_at(deadline, self.socks5(&mut r, &ctx)).await,
+            codec::VER4 => timeout_at(deadline, self.socks4(&mut r, &ctx)).await,
+            _ => return self.http.serve(r, ctx, deadline).await,
+        };
+        match next {
+            Err(_) => Err(timed_out()),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(Next::Connect(dest, user))) => {
+                let mut s = ctx.session(dest, Network::Tcp, "socks");
+                s.user = user;
+                ctx.dispatcher
+                    .dispatch_tcp(s, r.into_stream())
+                    .await
+                    .map(|_| ())
+            }
+            Ok(Ok(Next::Udp(client, user))) => self.udp_associate(r, client, user, &ctx).await,
+        }
+    }
+}
+
+impl SocksInbound {
+    async fn socks5(&self, r: &mut HeadReader, ctx: &InboundCtx) -> io::Result<Next> {
+        let want = if self.cfg.accounts.is_some() {
+            codec::METHOD_PASSWORD
+        } else {
+            codec::METHOD_NONE
+        };
+        let offered = read_msg(r, |b| {
+            codec::parse_greeting(b).map(|o| o.map(|(m, n)| (m.contains(&want), n)))
+        })
+        .await?;
+        if !offered {
+            r.write_all(&[codec::VER5, codec::METHOD_REJECT]).await?;
+            return Err(invalid(format!(
+                "socks5: client did not offer method {want:#04x}"
+            )));
+        }
+        r.write_all(&[codec::VER5, want]).await?;
+        let mut user = self.user(None);
+        if let Some(accounts) = &self.cfg.accounts {
+            let (name, pass) = read_msg(r, |b| {
+                codec::parse_userpass(b).map(|o| o.map(|((u, p), n)| ((u.to_vec(), p.to_vec()), n)))
+            })
+            .await?;
+            let name = String::from_utf8_lossy(&name).into_owned();
+            let ok = accounts
+                .get(&name)
+                .is_some_and(|p| p.as_bytes() == pass.as_slice());
+            if !ok {
+                r.write_all(&[1, 0xff]).await?;
+                ctx.dispatcher
+                    .access
+                    .rejected(ctx.source, "socks5: invalid user");
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("socks5: wrong username or password for {name:?}"),
+                ));
+            }
+            r.write_all(&[1, 0]).await?;
+            user = self.user(Some(&name));
+        }
+        let req = loop {
+            match codec::parse_request(&r.buf) {
+                Ok(Some((req, n))) => {
+                    r.consume(n);
+                    break req;
+                }
+                Ok(None) => r.fill().await?,
+                Err(e) => {
+                    if let CodecError::Addr(AddrError::BadType(_)) = e {
+                        let _ = r
+                            .write_all(&reply(codec::REP_ATYP_UNSUPPORTED, &zero()))
+                            .await;
+                    }
+                    return Err(invalid(format!("socks5 request: {e}")));
+                }
+            }
+        };
+        match req.cmd {
+            codec::CMD_CONNECT | codec::CMD_TOR_RESOLVE | codec::CMD_TOR_RESOLVE_PTR => {
+                // Like Xray: success at once, bound to the inbound's address; a failure to
+                // reach the target shows as the connection closing.
+                r.write_all(&reply(codec::REP_OK, &ctx.local.into()))
+                    .await?;
+                Ok(Next::Connect(req.dest, user))
+            }
+            codec::CMD_UDP if self.cfg.udp => Ok(Next::Udp(req.dest, user)),
+            cmd => {
+                r.write_all(&reply(codec::REP_CMD_UNSUPPORTED, &zero()))
+                    .await?;
+                Err(invalid(format!(
+                    "socks5: command {cmd:#04x} is not supported"
+                )))
+            }
+        }
+    }
+
+    async fn socks4(&self, r: &mut HeadReader, _ctx: &InboundCtx) -> io::Result<Next> {
+        let req = read_msg(r, codec::parse_socks4).await?;
+        if self.cfg.accounts.is_some() {
+            r.write_all(&codec::socks4_reply(codec::SOCKS4_REJECTED))
+                .await?;
+            return Err(invalid(
+                "socks4 has no password method; this inbound needs one",
+            ));
+        }
+        if req.cmd != codec::CMD_CONNECT {
+            r.write_all(&codec::socks4_reply(codec::SOCKS4_REJECTED))
+                .await?;
+            return Err(invalid(format!(
+                "socks4: command {:#04x} is not supported",
+                req.cmd
+            )));
+        }
+        r.write_all(&codec::socks4_reply(codec::SOCKS4_GRANTED))
+            .await?;
+        Ok(Next::Connect(req.dest, self.user(None)))
+    }
+
+    /// Serves one UDP association until its control connection closes.
+    async fn udp_associate(
+        &self,
+        mut r: HeadReader,
+        client: Destination,
+        user: Option<User>,
+        ctx: &InboundCtx,
+    ) -> io::Result<()> {
+        let local_ip = ctx.local.ip().to_canonical();
+        let sock = match UdpSocket::bind(SocketAddr::new(local_ip, 0)).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = r.write_all(&reply(codec::REP_FAILURE, &zero())).await;
+                return Err(e);
+            }
+        };
+        let port = sock.local_addr()?.port();
+        let reply_ip = self.cfg.ip.unwrap_or(local_ip);
+        r.write_all(&reply(
+            codec::REP_OK,
+            &SocketAddr::new(reply_ip, port).into(),
+        ))
+        .await?;
+        let allowed = Allowed::new(&client, ctx.source.ip());
+        let sock = Arc::new(sock);
+        let level = user.as_ref().map_or(0, |u| u.level);
+        let idle = ctx.dispatcher.policy.level(level).conn_idle;
+        let nat = UdpNat::new(ctx.dispatcher.clone(), Arc::new(Reply(sock.clone())), idle);
+        let mut ctrl = r.into_stream();
+        let mut cbuf = [0u8; 256];
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let end = loop {
+            tokio::select! {
+                n = ctrl.read(&mut cbuf) => match n {
+                    Ok(0) => break Ok(()),
+                    Ok(_) => continue,
+                    Err(e) => break Err(e),
+                },
+                m = sock.recv_from(&mut buf) => {
+                    let (n, from) = match m {
+                        Ok(x) => x,
+                        Err(e) => break Err(e),
+                    };
+                    if !allowed.accepts(from) {
+                        tracing::debug!("[{}] socks udp: datagram from unexpected {from} dropped", ctx.tag);
+                        continue;
+                    }
+                    let Some(pkt) = buf.get(..n) else { continue };
+                    match codec::parse_udp(pkt) {
+                        Ok((dest, hl)) => {
+                            let mut s = ctx.session(dest, Network::Udp, "socks");
+                            s.source = from;
+                            s.user = user.clone();
+                            nat.send(s, Bytes::copy_from_slice(&pkt[hl..]));
+                        }
+                        Err(e) => {
+                            tracing::debug!("[{}] socks udp from {from}: {e}; dropped", ctx.tag);
+                        }
+                    }
+                }
+            }
+        };
+        nat.close();
+        end
+    }
+}
+
+fn zero() -> Destination {
+    Destination::new(Address::Ip(IpAddr::from([0u8, 0, 0, 0])), 0)
+}
+
+fn reply(rep: u8, bound: &Destination) -> BytesMut {
+    let mut b = BytesMut::with_capacity(32);
+    codec::encode_reply(rep, bound, &mut b);
+    b
+}
+
+/// Which UDP senders an association accepts (as Xray): the control connection's peer IP on any
+/// port when the request named no usable address, otherwise that exact IP (and port, if not 0).
+struct Allowed {
+    ip: IpAddr,
+    port: u16,
+}
+
+impl Allowed {
+    fn new(requested: &Destination, peer: IpAddr) -> Self {
+        match requested.addr {
+            Address::Ip(ip) if !ip.is_unspecified() => Allowed {
+                ip: ip.to_canonical(),
+                port: requested.port,
+            },
+            _ => Allowed {
+                ip: peer.to_canonical(),
+                port: 0,
+            },
+        }
+    }
+
+    fn accepts(&self, from: SocketAddr) -> bool {
+        from.ip().to_canonical() == self.ip && (self.port == 0 || self.port == from.port())
+    }
+}
+
+/// The largest UDP payload (IPv4: 65535 - 20 - 8).
+const MAX_UDP_PAYLOAD: usize = 65507;
+
+/// Sends replies back to the client wrapped in the SOCKS5 UDP header.
+struct Reply(Arc<UdpSocket>);
+
+#[async_trait]
+impl UdpReply for Reply {
+    async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()> {
+        let len = codec::udp_header_len(from) + data.len();
+        if len > MAX_UDP_PAYLOAD {
+            tracing::debug!("socks udp: {len}-byte reply to {client} does not fit; dropped");
+            return Ok(());
+        }
+        let mut pkt = Vec::with_capacity(len);
+        codec::encode_udp_header(from, &mut pkt);
+        pkt.extend_from_slice(data);
+        self.0.send_to(&pkt, client).await.map(|_| ())
+    }
+}
