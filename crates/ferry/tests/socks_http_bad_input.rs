@@ -208,3 +208,45 @@ fn garbled_and_truncated_handshakes_close_cleanly() {
     );
     assert!(!f.output().contains("panicked"), "{}", f.output());
 }
+
+/// A half-open flood: hundreds of connections that send nothing or stop mid-greeting. Good
+/// connections keep flowing while they are held, and every flood connection is closed by the
+/// handshake timeout.
+#[test]
+fn half_open_flood_is_timed_out_and_good_connections_flow() {
+    let echo = echo_server();
+    let socks = free_port();
+    let http = free_port();
+    let _f = ferry(&config(socks, http), &[socks, http]);
+    let mut flood = Vec::new();
+    for i in 0..400 {
+        let mut s =
+            TcpStream::connect(("127.0.0.1", if i % 2 == 0 { socks } else { http })).unwrap();
+        match i % 4 {
+            0 => {}
+            1 => s.write_all(b"CONNECT ").unwrap(),
+            2 => s.write_all(b"\x05\x02\x00").unwrap(),
+            _ => s.write_all(b"GET http://x/ HTTP/1.1\r\nHost").unwrap(),
+        }
+        flood.push(s);
+    }
+    for seed in 0..5 {
+        good_connection(socks, echo, seed);
+    }
+    let t = Instant::now();
+    for mut s in flood {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 512];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue, // an error reply, then the close
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                    panic!("a flood connection was still open after {:?}", t.elapsed())
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    good_connection(socks, echo, 99);
+}
