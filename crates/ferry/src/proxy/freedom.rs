@@ -1,5 +1,6 @@
 //! `freedom` (alias `direct`): connects to the destination itself.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -138,6 +139,7 @@ impl OutboundHandler for Freedom {
         Ok(Box::new(FreedomUdp {
             sock: bind_dual_stack().await?,
             freedom: self.clone(),
+            resolved: std::sync::Mutex::new(HashMap::new()),
         }))
     }
 }
@@ -164,13 +166,36 @@ async fn bind_dual_stack() -> io::Result<UdpSocket> {
 struct FreedomUdp {
     sock: UdpSocket,
     freedom: Freedom,
+    /// Domain destinations already resolved in this session (bounded; cleared when full).
+    resolved: std::sync::Mutex<HashMap<Destination, SocketAddr>>,
 }
+
+/// Domain names one UDP session remembers.
+const RESOLVED_MAX: usize = 64;
 
 #[async_trait]
 impl PacketConn for FreedomUdp {
     async fn send_to(&self, data: &[u8], dest: &Destination) -> io::Result<()> {
         let target = self.freedom.target(dest);
-        let addr = self.freedom.resolve(&target).await?[0];
+        let cached = self
+            .resolved
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&target).copied());
+        let addr = match (cached, target.socket_addr()) {
+            (_, Some(a)) if self.freedom.strategy == Strategy::AsIs => a,
+            (Some(a), _) => a,
+            _ => {
+                let a = self.freedom.resolve(&target).await?[0];
+                if let Ok(mut m) = self.resolved.lock() {
+                    if m.len() >= RESOLVED_MAX {
+                        m.clear();
+                    }
+                    m.insert(target.clone(), a);
+                }
+                a
+            }
+        };
         let v6 = self.sock.local_addr()?.is_ipv6();
         let addr = match (v6, addr.ip()) {
             (true, IpAddr::V4(ip)) => SocketAddr::new(IpAddr::V6(ip.to_ipv6_mapped()), addr.port()),
