@@ -4,6 +4,7 @@
 pub mod blackhole;
 pub mod dokodemo;
 pub mod freedom;
+pub mod vmess;
 
 use std::io;
 use std::net::SocketAddr;
@@ -127,19 +128,21 @@ pub type OutboundBuilder =
     fn(&Obj<'_>, &OutboundBuild<'_>) -> crate::config::reader::Result<Arc<dyn OutboundHandler>>;
 
 /// Inbound protocols by name (and Xray's aliases).
-pub const INBOUNDS: &[(&[&str], InboundBuilder)] =
-    &[(&["dokodemo-door", "tunnel"], dokodemo::build)];
+pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
+    (&["dokodemo-door", "tunnel"], dokodemo::build),
+    (&["vmess"], vmess::build_inbound),
+];
 
 /// Outbound protocols by name (and Xray's aliases).
 pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["freedom", "direct"], freedom::build),
     (&["blackhole", "block"], blackhole::build),
+    (&["vmess"], vmess::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
 pub const KNOWN_ELSEWHERE: &[&str] = &[
     "vless",
-    "vmess",
     "trojan",
     "shadowsocks",
     "socks",

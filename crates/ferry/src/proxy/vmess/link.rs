@@ -1,0 +1,1 @@
+//! `vmess://` share links (base64 of a JSON object).

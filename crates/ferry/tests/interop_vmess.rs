@@ -1,0 +1,281 @@
+//! VMess against real Xray and v2ray 4.34: Ferry client -> peer server and peer client -> Ferry
+//! server, TCP (byte-exact 50 MB through an echo server) and UDP, per security type and option.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::time::Duration;
+
+const ID: &str = "b831381d-6324-4d53-ad4f-8cda48b30811";
+const BIG: usize = 50 << 20;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Peer {
+    Xray,
+    V2ray,
+}
+
+impl Peer {
+    fn start(self, cfg: &str, wait: &[u16]) -> Proc {
+        // Xray's client turns UDP into XUDP (Mux.Cool) unless full-cone mode is off.
+        std::env::set_var("XRAY_CONE_DISABLED", "true");
+        let p = match self {
+            Peer::Xray => spawn_with_config(&peer("xray"), "xray", cfg, &["run", "-c", "{config}"]),
+            Peer::V2ray => {
+                spawn_with_config(&peer("v2ray"), "v2ray", cfg, &["-config", "{config}"])
+            }
+        };
+        for port in wait {
+            wait_listening(*port, &p);
+        }
+        p
+    }
+}
+
+/// A VMess test case: who plays which side, the user's security, experiments, alterId.
+#[derive(Clone, Copy)]
+struct Case {
+    peer: Peer,
+    security: &'static str,
+    experiments: &'static str,
+    alter_id: u16,
+}
+
+impl Case {
+    fn user(&self) -> String {
+        format!(
+            r#"{{"id":"{ID}","alterId":{},"security":"{}","experiments":"{}","email":"u@t"}}"#,
+            self.alter_id, self.security, self.experiments
+        )
+    }
+
+    fn client(&self) -> String {
+        format!(
+            r#"{{"id":"{ID}","alterId":{},"email":"u@t","level":0}}"#,
+            self.alter_id
+        )
+    }
+}
+
+fn dokodemo(port: u16, target: u16, net: &str) -> String {
+    format!(
+        r#"{{"tag":"in{port}","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
+            "settings":{{"address":"127.0.0.1","port":{target},"network":"{net}"}}}}"#
+    )
+}
+
+fn vmess_out(c: &Case, server: u16) -> String {
+    format!(
+        r#"{{"tag":"proxy","protocol":"vmess","settings":{{"vnext":[{{"address":"127.0.0.1","port":{server},
+            "users":[{}]}}]}}}}"#,
+        c.user()
+    )
+}
+
+fn vmess_in(c: &Case, port: u16) -> String {
+    format!(
+        r#"{{"tag":"vin","listen":"127.0.0.1","port":{port},"protocol":"vmess",
+            "settings":{{"clients":[{}]}}}}"#,
+        c.client()
+    )
+}
+
+fn freedom(peer: Option<Peer>) -> &'static str {
+    match peer {
+        Some(Peer::Xray) => {
+            r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#
+        }
+        _ => r#"{"tag":"direct","protocol":"freedom"}"#,
+    }
+}
+
+fn config(inbounds: &[String], outbound: &str) -> String {
+    format!(
+        r#"{{"log":{{"loglevel":"warning"}},"inbounds":[{}],"outbounds":[{outbound}]}}"#,
+        inbounds.join(",")
+    )
+}
+
+/// Starts a chain for `case`: returns the entry port (dokodemo) and the processes.
+/// `ferry_client`: Ferry is the VMess client and the peer the server; else the other way.
+fn chain(case: &Case, ferry_client: bool, target: u16, net: &str) -> (u16, Vec<Proc>) {
+    let entry = free_port();
+    let server = free_port();
+    // A TCP dokodemo on the entry side so there is a TCP port to wait for with UDP tests.
+    let probe = free_port();
+    let entry_cfg = config(
+        &[dokodemo(entry, target, net), dokodemo(probe, target, "tcp")],
+        &vmess_out(case, server),
+    );
+    if ferry_client {
+        let srv = case.peer.start(
+            &config(&[vmess_in(case, server)], freedom(Some(case.peer))),
+            &[server],
+        );
+        let cli = ferry(&entry_cfg, &[probe]);
+        (entry, vec![srv, cli])
+    } else {
+        let srv = ferry(&config(&[vmess_in(case, server)], freedom(None)), &[server]);
+        let cli = case.peer.start(&entry_cfg, &[probe]);
+        (entry, vec![srv, cli])
+    }
+}
+
+fn tcp_case(case: Case, ferry_client: bool, len: usize) {
+    let echo = echo_server();
+    let (entry, procs) = chain(&case, ferry_client, echo.port(), "tcp");
+    let data = pattern(len, 0x5eed ^ len as u64);
+    let s = TcpStream::connect(("127.0.0.1", entry)).unwrap();
+    let got = echo_through(s, &data);
+    if got != data {
+        let at = got.iter().zip(&data).position(|(a, b)| a != b);
+        panic!(
+            "{:?} {} {} ferry_client={ferry_client}: echoed bytes differ at {at:?}\n{}\n{}",
+            case.peer,
+            case.security,
+            case.experiments,
+            procs[0].output(),
+            procs[1].output()
+        );
+    }
+}
+
+fn udp_case(case: Case, ferry_client: bool) {
+    let echo = udp_echo_server();
+    let (entry, procs) = chain(&case, ferry_client, echo.port(), "udp");
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut buf = [0u8; 65536];
+    let mut ok = 0;
+    for i in 0..30u16 {
+        let msg = pattern(1 + (i as usize * 271) % 8000, i as u64);
+        s.send_to(&msg, ("127.0.0.1", entry)).unwrap();
+        if let Ok((n, _)) = s.recv_from(&mut buf) {
+            assert_eq!(&buf[..n], &msg[..], "datagram {i}");
+            ok += 1;
+        }
+    }
+    // UDP may lose the first datagrams while the chain connects; most must arrive intact.
+    assert!(
+        ok >= 25,
+        "{:?} {} udp ferry_client={ferry_client}: only {ok}/30 echoed\n{}\n{}",
+        case.peer,
+        case.security,
+        procs[0].output(),
+        procs[1].output()
+    );
+}
+
+fn both_ways(case: Case) {
+    tcp_case(case, true, BIG);
+    tcp_case(case, false, BIG);
+}
+
+const fn xray(security: &'static str, experiments: &'static str) -> Case {
+    Case {
+        peer: Peer::Xray,
+        security,
+        experiments,
+        alter_id: 0,
+    }
+}
+
+const fn v2ray(security: &'static str, alter_id: u16) -> Case {
+    Case {
+        peer: Peer::V2ray,
+        security,
+        experiments: "",
+        alter_id,
+    }
+}
+
+#[test]
+fn xray_aes_128_gcm() {
+    both_ways(xray("aes-128-gcm", ""));
+}
+
+#[test]
+fn xray_aes_128_gcm_authenticated_length() {
+    both_ways(xray("aes-128-gcm", "AuthenticatedLength"));
+}
+
+#[test]
+fn xray_chacha20_poly1305() {
+    both_ways(xray("chacha20-poly1305", ""));
+}
+
+#[test]
+fn xray_chacha20_poly1305_authenticated_length() {
+    both_ways(xray("chacha20-poly1305", "AuthenticatedLength"));
+}
+
+#[test]
+fn xray_none() {
+    both_ways(xray("none", ""));
+}
+
+#[test]
+fn xray_zero() {
+    both_ways(xray("zero", ""));
+}
+
+#[test]
+fn xray_udp() {
+    for sec in ["aes-128-gcm", "chacha20-poly1305", "none"] {
+        udp_case(xray(sec, ""), true);
+        udp_case(xray(sec, ""), false);
+    }
+    udp_case(xray("aes-128-gcm", "AuthenticatedLength"), true);
+    udp_case(xray("aes-128-gcm", "AuthenticatedLength"), false);
+}
+
+#[test]
+fn v2ray_aead_header() {
+    for sec in ["aes-128-gcm", "chacha20-poly1305", "none", "zero"] {
+        tcp_case(v2ray(sec, 0), true, BIG);
+        tcp_case(v2ray(sec, 0), false, BIG);
+    }
+}
+
+#[test]
+fn v2ray_legacy_alter_id() {
+    for sec in ["aes-128-gcm", "aes-128-cfb", "none"] {
+        tcp_case(v2ray(sec, 4), true, BIG);
+        tcp_case(v2ray(sec, 4), false, BIG);
+    }
+}
+
+#[test]
+fn v2ray_aead_header_aes_128_cfb() {
+    tcp_case(v2ray("aes-128-cfb", 0), true, BIG);
+    tcp_case(v2ray("aes-128-cfb", 0), false, BIG);
+}
+
+#[test]
+fn v2ray_udp() {
+    for (sec, alter) in [
+        ("aes-128-gcm", 0),
+        ("chacha20-poly1305", 0),
+        ("aes-128-cfb", 4),
+    ] {
+        udp_case(v2ray(sec, alter), true);
+        udp_case(v2ray(sec, alter), false);
+    }
+}
+
+/// Sanity check for the helpers: a first small exchange works (keeps failures readable).
+#[test]
+fn xray_small_exchange() {
+    let case = xray("aes-128-gcm", "");
+    for ferry_client in [true, false] {
+        let echo = echo_server();
+        let (entry, _p) = chain(&case, ferry_client, echo.port(), "tcp");
+        let mut s = TcpStream::connect(("127.0.0.1", entry)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"hello vmess").unwrap();
+        let mut b = [0u8; 11];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"hello vmess");
+    }
+}
