@@ -92,7 +92,7 @@ fn freedom(peer: Option<Peer>) -> &'static str {
 
 fn config(inbounds: &[String], outbound: &str) -> String {
     format!(
-        r#"{{"log":{{"loglevel":"warning"}},"inbounds":[{}],"outbounds":[{outbound}]}}"#,
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{}],"outbounds":[{outbound}]}}"#,
         inbounds.join(",")
     )
 }
@@ -127,7 +127,17 @@ fn tcp_case(case: Case, ferry_client: bool, len: usize) {
     let (entry, procs) = chain(&case, ferry_client, echo.port(), "tcp");
     let data = pattern(len, 0x5eed ^ len as u64);
     let s = TcpStream::connect(("127.0.0.1", entry)).unwrap();
-    let got = echo_through(s, &data);
+    let got = match echo_checked(s, &data) {
+        Ok(g) => g,
+        Err(e) => panic!(
+            "{:?} {} {} ferry_client={ferry_client}: {e}\n{}\n{}",
+            case.peer,
+            case.security,
+            case.experiments,
+            procs[0].output(),
+            procs[1].output()
+        ),
+    };
     if got != data {
         let at = got.iter().zip(&data).position(|(a, b)| a != b);
         panic!(
@@ -139,6 +149,21 @@ fn tcp_case(case: Case, ferry_client: bool, len: usize) {
             procs[1].output()
         );
     }
+}
+
+/// Like `echo_through`, but returns errors so the test can show the processes' logs.
+fn echo_checked(mut s: TcpStream, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut w = s.try_clone()?;
+    let out = data.to_vec();
+    let writer = std::thread::spawn(move || w.write_all(&out));
+    let mut got = vec![0u8; data.len()];
+    let r = s.read_exact(&mut got);
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    let wr = writer.join().unwrap_or(Ok(()));
+    r?;
+    wr?;
+    Ok(got)
 }
 
 fn udp_case(case: Case, ferry_client: bool) {

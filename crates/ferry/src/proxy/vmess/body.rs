@@ -398,6 +398,10 @@ pub struct Opener {
     cfb: Option<CfbDec>,
     /// Size and padding of a chunk whose size field was decoded (masks already drawn).
     pending: Option<(usize, usize)>,
+    /// No chunk decoded yet.
+    first: bool,
+    /// Read an empty first chunk as "no data" rather than the end (see [`Opener::tolerate_empty_first`]).
+    empty_first_is_data: bool,
 }
 
 impl Opener {
@@ -414,7 +418,17 @@ impl Opener {
                 None
             },
             pending: None,
+            first: true,
+            empty_first_is_data: false,
         })
+    }
+
+    /// Xray's client, when the first payload does not arrive within its 100 ms wait, writes an
+    /// empty chunk (its timeout reader returns an empty buffer) and then the data: an empty
+    /// *first* chunk is therefore read as no data. A client that really sends nothing is
+    /// ended when it closes the connection.
+    pub fn tolerate_empty_first(&mut self) {
+        self.empty_first_is_data = true;
     }
 
     /// True when the body is passed through untouched.
@@ -460,6 +474,14 @@ impl Opener {
                             v ^= m.next();
                         }
                         if v == 0 {
+                            if self.first && self.empty_first_is_data {
+                                self.first = false;
+                                return Ok(Opened::Data {
+                                    start: 2,
+                                    end: 2,
+                                    consumed: 2,
+                                });
+                            }
                             return Ok(Opened::Eof);
                         }
                         self.pending = Some((v as usize, 0));
@@ -470,6 +492,7 @@ impl Opener {
                     return Ok(Opened::NeedMore(2 + size));
                 }
                 self.pending = None;
+                self.first = false;
                 Ok(Opened::Data {
                     start: 2,
                     end: 2 + size,
@@ -489,7 +512,7 @@ impl Opener {
                         if size < overhead + pad {
                             return Err(BodyError::BadSize(size));
                         }
-                        if size == overhead + pad {
+                        if size == overhead + pad && !(self.first && self.empty_first_is_data) {
                             return Ok(Opened::Eof);
                         }
                         self.pending = Some((size, pad));
@@ -520,6 +543,7 @@ impl Opener {
                     }
                 };
                 self.count = self.count.wrapping_add(1);
+                self.first = false;
                 Ok(Opened::Data {
                     start,
                     end,
@@ -688,6 +712,40 @@ mod tests {
         let (_, mut o) = pair(Security::Aes128Gcm, 0x01, false);
         assert_eq!(o.open(&mut [0xff, 0xff]), Ok(Opened::NeedMore(2 + 65535)));
         assert!(o.max_chunk() >= 2 + 65535);
+    }
+
+    #[test]
+    fn empty_first_chunk_is_data_only_when_tolerated() {
+        for (sec, opt) in [
+            (Security::Aes128Gcm, 0x0d),
+            (Security::None, 0x01),
+            (Security::Aes128Gcm, 0x1d),
+        ] {
+            let (mut s, mut o) = pair(sec, opt, false);
+            let mut wire = Vec::new();
+            s.seal(&[], &mut wire);
+            s.seal(b"data", &mut wire);
+            s.seal_eof(&mut wire);
+            assert_eq!(o.open(&mut wire.clone()), Ok(Opened::Eof));
+            let (_, mut o) = pair(sec, opt, false);
+            o.tolerate_empty_first();
+            let mut got = Vec::new();
+            loop {
+                match o.open(&mut wire).unwrap() {
+                    Opened::Data {
+                        start,
+                        end,
+                        consumed,
+                    } => {
+                        got.extend_from_slice(&wire[start..end]);
+                        wire.drain(..consumed);
+                    }
+                    Opened::Eof => break,
+                    Opened::NeedMore(_) => panic!("truncated"),
+                }
+            }
+            assert_eq!(got, b"data");
+        }
     }
 
     #[test]

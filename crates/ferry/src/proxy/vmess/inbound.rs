@@ -376,8 +376,11 @@ impl InboundHandler for Inbound {
             iv: riv,
             ..up
         };
-        let opener =
+        let mut opener =
             Opener::new(&up, Some(header::cfb_dec(&req.key, &req.iv))).map_err(io::Error::from)?;
+        if !packet {
+            opener.tolerate_empty_first();
+        }
         let sealer = Sealer::new(&down, wcfb).map_err(io::Error::from)?;
         let body = VmessStream::new(
             stream,

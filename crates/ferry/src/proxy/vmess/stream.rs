@@ -253,6 +253,12 @@ impl AsyncRead for VmessStream {
                         } => {
                             me.plain = (a + start, a + end);
                             me.rpos += consumed;
+                            if start == end {
+                                tracing::debug!(
+                                    "vmess: empty chunk of {consumed} bytes, {} buffered",
+                                    b - a
+                                );
+                            }
                             if me.packet && start == end {
                                 // An empty datagram still counts as one.
                                 return Poll::Ready(Ok(()));
@@ -260,6 +266,7 @@ impl AsyncRead for VmessStream {
                             continue;
                         }
                         Opened::Eof => {
+                            tracing::debug!("vmess: end marker after {} buffered bytes", b - a);
                             me.read_done = true;
                             continue;
                         }
@@ -275,6 +282,7 @@ impl AsyncRead for VmessStream {
             if n == 0 {
                 if me.rpos == me.rend && matches!(me.head, ReadHead::None) {
                     // The peer closed between chunks without an end marker: treat as the end.
+                    tracing::debug!("vmess: peer closed without an end marker");
                     me.read_done = true;
                     continue;
                 }
