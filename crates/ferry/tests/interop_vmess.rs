@@ -173,8 +173,10 @@ fn udp_case(case: Case, ferry_client: bool) {
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let mut buf = [0u8; 65536];
     let mut ok = 0;
+    // v2ray 4.34 reads UDP into 2048-byte buffers: larger datagrams do not survive it.
+    let max = if case.peer == Peer::V2ray { 2000 } else { 8000 };
     for i in 0..30u16 {
-        let msg = pattern(1 + (i as usize * 271) % 8000, i as u64);
+        let msg = pattern(1 + (i as usize * 271) % max, i as u64);
         s.send_to(&msg, ("127.0.0.1", entry)).unwrap();
         if let Ok((n, _)) = s.recv_from(&mut buf) {
             assert_eq!(&buf[..n], &msg[..], "datagram {i}");
