@@ -306,3 +306,185 @@ fn xray_small_exchange() {
         assert_eq!(&b, b"hello vmess");
     }
 }
+
+// ---------------------------------------------------------------- bad input against Ferry's server
+
+mod bad_input {
+    use super::*;
+    use ferry::common::Destination;
+    use ferry::proxy::vmess::body::Security;
+    use ferry::proxy::vmess::header::{self, AuthIdCipher, Command, Request};
+    use ferry::proxy::vmess::outbound::{client_handshake, ClientUser};
+    use ferry::proxy::vmess::{Account, SecurityChoice};
+
+    fn uuid() -> [u8; 16] {
+        ferry::common::uuid::parse_id(ID).unwrap()
+    }
+
+    fn user(id: [u8; 16]) -> ClientUser {
+        ClientUser {
+            account: Account::new(id, 0, "", 0),
+            security: SecurityChoice::Body(Security::Aes128Gcm),
+            auth_length: false,
+            alter_ids: vec![],
+        }
+    }
+
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    }
+
+    /// A complete request (header + one "ping" chunk) as `client_handshake` makes it.
+    fn valid_request(dest: &Destination) -> Vec<u8> {
+        let mut h = client_handshake(&user(uuid()), Command::Tcp, dest).unwrap();
+        let mut out = h.header.clone();
+        h.sealer.seal(b"ping", &mut out);
+        out
+    }
+
+    /// An AEAD header with a chosen timestamp and user id.
+    fn header_at(id: [u8; 16], ts: i64, dest: &Destination) -> Vec<u8> {
+        let ck = header::cmd_key(&id);
+        let eauid = AuthIdCipher::new(&ck).seal(ts, [1, 2, 3, 4]);
+        let req = Request {
+            iv: [7; 16],
+            key: [8; 16],
+            v: 1,
+            opt: 0x01,
+            security: 3,
+            cmd: Command::Tcp,
+            dest: dest.clone(),
+        };
+        let mut ins = Vec::new();
+        header::encode_instruction(&req, &[], &mut ins);
+        let mut out = Vec::new();
+        header::seal_aead_request(&ck, &eauid, &[9; 8], &ins, &mut out);
+        out
+    }
+
+    fn connect(port: u16) -> TcpStream {
+        TcpStream::connect(("127.0.0.1", port)).unwrap()
+    }
+
+    /// Xray's behaviour for a request it cannot authenticate: keep reading (no reply, no
+    /// close) until some thousand bytes arrived, then close.
+    fn assert_drained(mut s: TcpStream, what: &str) {
+        s.set_read_timeout(Some(Duration::from_millis(400)))
+            .unwrap();
+        let mut b = [0u8; 64];
+        match s.read(&mut b) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            other => panic!("{what}: expected the server to keep draining, got {other:?}"),
+        }
+        let _ = s.write_all(&[0x55; 4000]);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match s.read(&mut b) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("{what}: expected a close after draining, got {other:?}"),
+        }
+    }
+
+    /// The server answers nothing but its header and end marker, then closes.
+    fn assert_closed_without_data(mut s: TcpStream, what: &str) {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("{what}: connection not closed: {e}"),
+            }
+        }
+        assert!(
+            got.len() <= 38 + 18 + 64,
+            "{what}: {} bytes came back",
+            got.len()
+        );
+    }
+
+    #[test]
+    fn rejected_as_xray_does_and_server_survives() {
+        let echo = echo_server();
+        let port = free_port();
+        let case = xray("aes-128-gcm", "");
+        let f = ferry(&config(&[vmess_in(&case, port)], freedom(None)), &[port]);
+        let dest = Destination::from(echo);
+
+        // Random bytes.
+        let mut s = connect(port);
+        s.write_all(&pattern(100, 1)).unwrap();
+        assert_drained(s, "random bytes");
+
+        // Wrong user.
+        let mut s = connect(port);
+        s.write_all(&header_at([0xee; 16], now(), &dest)).unwrap();
+        assert_drained(s, "wrong user");
+
+        // Expired timestamp (and one from the future).
+        for ts in [now() - 300, now() + 300] {
+            let mut s = connect(port);
+            s.write_all(&header_at(uuid(), ts, &dest)).unwrap();
+            assert_drained(s, "timestamp out of window");
+        }
+
+        // A valid request is answered; the same bytes again are a replay.
+        let req = valid_request(&dest);
+        let mut s = connect(port);
+        s.write_all(&req).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 64];
+        assert!(s.read(&mut b).unwrap() > 0, "valid request got no answer");
+        let mut s2 = connect(port);
+        s2.write_all(&req).unwrap();
+        assert_drained(s2, "replayed auth id");
+        drop(s);
+
+        // Corrupted chunk after a valid header: closed, nothing relayed.
+        let mut h = client_handshake(&user(uuid()), Command::Tcp, &dest).unwrap();
+        let mut out = h.header.clone();
+        let at = out.len();
+        h.sealer.seal(b"hello world", &mut out);
+        out[at + 5] ^= 0x01;
+        let mut s = connect(port);
+        s.write_all(&out).unwrap();
+        assert_closed_without_data(s, "corrupted chunk");
+
+        // Huge length (65535, the most a size field says): the server waits for it, then the
+        // client gives up; nothing breaks.
+        let mut hdr = header_at(uuid(), now(), &dest);
+        hdr.extend_from_slice(&[0xff, 0xff]);
+        hdr.extend_from_slice(&[0u8; 30000]);
+        let mut s = connect(port);
+        s.write_all(&hdr).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_closed_without_data(s, "huge length");
+
+        // The server still serves valid clients.
+        let chain_port = free_port();
+        let cli = ferry(
+            &config(
+                &[dokodemo(chain_port, echo.port(), "tcp")],
+                &vmess_out(&case, port),
+            ),
+            &[chain_port],
+        );
+        let got = echo_checked(connect(chain_port), b"still alive").unwrap();
+        assert_eq!(got, b"still alive", "{}", cli.output());
+        let log = f.output();
+        assert!(!log.contains("panicked"), "{log}");
+        assert!(
+            log.matches("invalid request").count() >= 5,
+            "rejections are logged:\n{log}"
+        );
+    }
+}

@@ -245,7 +245,11 @@ impl AsyncRead for VmessStream {
                         return Pin::new(&mut me.inner).poll_read(cx, out);
                     }
                     let (a, b) = (me.rpos, me.rend);
-                    match me.opener.open(&mut me.rbuf[a..b])? {
+                    let opened = me.opener.open(&mut me.rbuf[a..b]).map_err(|e| {
+                        tracing::info!("vmess: bad chunk, closing: {e}");
+                        io::Error::from(e)
+                    })?;
+                    match opened {
                         Opened::Data {
                             start,
                             end,
