@@ -2,6 +2,7 @@
 //! the body stream in `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
 
 pub mod body;
+pub mod fuzz;
 pub mod header;
 pub mod inbound;
 pub mod kdf;

@@ -328,9 +328,7 @@ impl AsyncWrite for VmessStream {
             data.len()
         } else {
             let take = data.len().min(max * BATCH_CHUNKS);
-            for c in data[..take].chunks(max) {
-                me.sealer.seal(c, &mut me.wbuf);
-            }
+            me.sealer.seal_all(&data[..take], &mut me.wbuf);
             take
         };
         // Push it out now; whatever the socket does not take goes out on the next call.
