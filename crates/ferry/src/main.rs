@@ -48,6 +48,14 @@ enum Cmd {
         #[arg(short = 'c', long = "config", required = true)]
         config: Vec<String>,
     },
+    /// Print share links (vmess://) for a config's outbounds, or turn a link into an outbound.
+    Link {
+        /// Config whose VMess outbounds become links.
+        #[arg(short = 'c', long = "config")]
+        config: Vec<String>,
+        /// A vmess:// link to print as an outbound JSON object.
+        link: Option<String>,
+    },
     /// Print the version.
     Version,
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
@@ -233,6 +241,32 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
     })
 }
 
+/// `ferry link`: config -> vmess:// links, or a vmess:// link -> outbound JSON.
+fn link_cmd(sources: &[String], link: Option<&str>) -> Result<ExitCode> {
+    use ferry::proxy::vmess::link::VmessLink;
+    if let Some(l) = link {
+        let parsed = VmessLink::parse(l).map_err(|e| anyhow!("{e}"))?;
+        println!("{}", serde_json::to_string_pretty(&parsed.to_outbound())?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if sources.is_empty() {
+        return Err(anyhow!("give a config (-c FILE) or a vmess:// link"));
+    }
+    let mut docs = Vec::new();
+    for src in sources {
+        let (name, text) = read_source(src)?;
+        docs.push(config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?);
+    }
+    let links = VmessLink::from_config(&config::merge(docs));
+    if links.is_empty() {
+        return Err(anyhow!("no vmess outbound in the config"));
+    }
+    for l in links {
+        println!("{}", l.to_link());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse_from(normalize_args());
     let res = match cli.cmd {
@@ -243,6 +277,7 @@ fn main() -> ExitCode {
             grace,
         }) => run(config, test, grace),
         Some(Cmd::Test { config }) => run(config, true, 0),
+        Some(Cmd::Link { config, link }) => link_cmd(&config, link.as_deref()),
         Some(Cmd::Version) => {
             println!(
                 "Ferry {} (Xray/V2Ray v4 config compatible)",

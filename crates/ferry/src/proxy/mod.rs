@@ -7,6 +7,7 @@ pub mod freedom;
 pub mod head;
 pub mod http;
 pub mod socks;
+pub mod vmess;
 
 use std::io;
 use std::net::SocketAddr;
@@ -134,6 +135,7 @@ pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
     (&["dokodemo-door", "tunnel"], dokodemo::build),
     (&["socks", "mixed"], socks::build_inbound),
     (&["http"], http::build_inbound),
+    (&["vmess"], vmess::build_inbound),
 ];
 
 /// Outbound protocols by name (and Xray's aliases).
@@ -142,12 +144,12 @@ pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["blackhole", "block"], blackhole::build),
     (&["socks"], socks::build_outbound),
     (&["http"], http::build_outbound),
+    (&["vmess"], vmess::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
 pub const KNOWN_ELSEWHERE: &[&str] = &[
     "vless",
-    "vmess",
     "trojan",
     "shadowsocks",
     "dns",

@@ -1,0 +1,419 @@
+//! VMess server: finds the user by AuthID (or, when enabled, by the legacy user hash), opens the
+//! request header, answers with the response header on the first reply, and hands the body
+//! stream to the dispatcher. Bad requests are drained, as Xray does, then closed.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::body::{BodyParams, Opener, Sealer, Security, OPT_CHUNK_MASKING, OPT_GLOBAL_PADDING};
+use super::header::{self, Command, HeaderError, Request};
+use super::replay::ReplayFilter;
+use super::stream::{ReadHead, VmessStream};
+use super::{parse_alter_id, parse_uuid, Account};
+use crate::common::Network;
+use crate::config::reader::{ConfigError, Obj, Result};
+use crate::proxy::{InboundBuild, InboundCtx, InboundHandler, User};
+use crate::transport::BoxStream;
+
+/// Bound on remembered AuthIDs / sessions per generation.
+const REPLAY_CAP: usize = 1 << 20;
+
+pub struct Inbound {
+    accounts: Vec<Account>,
+    /// Accept legacy (alterId > 0) headers: some client has alterId > 0.
+    legacy: bool,
+    legacy_table: Mutex<LegacyTable>,
+    disable_insecure: bool,
+    auth_ids: ReplayFilter<[u8; 16]>,
+    sessions: ReplayFilter<([u8; 16], [u8; 16], [u8; 16])>,
+    /// Bytes to drain before closing a bad connection: `54 + base + rand(max_r)`.
+    drain_base: usize,
+    drain_max_r: usize,
+}
+
+pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
+    let (def_level, def_alter) = match o.obj("default")? {
+        Some(d) => {
+            let l = d.u64("level")?.unwrap_or(0) as u32;
+            let a = parse_alter_id(&d, 0)?;
+            d.finish();
+            (l, a)
+        }
+        None => (0, 0),
+    };
+    let mut accounts = Vec::new();
+    for c in o.objs(&["clients"])? {
+        let uuid = parse_uuid(&c)?;
+        let level = c.u64("level")?.map(|l| l as u32).unwrap_or(def_level);
+        let alter = parse_alter_id(&c, def_alter)?;
+        let email = c.str("email")?.unwrap_or_default();
+        c.ignore(&["security", "flow", "experiments"]);
+        c.finish();
+        if alter > 0 {
+            b.diag.warn(
+                &o.key_path("clients"),
+                format!(
+                    "client {:?} has alterId {alter}: the legacy VMess header (MD5 auth, no replay \
+                     protection worth the name) is accepted for it; set alterId 0 to refuse it",
+                    if email.is_empty() { "(no email)" } else { &email }
+                ),
+            );
+        }
+        accounts.push(Account::new(uuid, alter, &email, level));
+    }
+    if o.has("detour") {
+        return Err(ConfigError::new(
+            o.key_path("detour"),
+            "dynamic port (detour) is not supported",
+        ));
+    }
+    let disable_insecure = o.bool("disableInsecureEncryption")?.unwrap_or(false);
+    Ok(Arc::new(Inbound::new(accounts, disable_insecure)))
+}
+
+impl Inbound {
+    pub fn new(accounts: Vec<Account>, disable_insecure: bool) -> Inbound {
+        let legacy = accounts.iter().any(|a| a.alter_id > 0);
+        // Per-inbound drain amounts derived from the user ids (stable across restarts).
+        let mut seed = Vec::new();
+        for a in &accounts {
+            seed.extend_from_slice(&a.uuid);
+        }
+        let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, b"VMESSBSKDF");
+        let d = aws_lc_rs::hmac::sign(&k, &seed);
+        let d = d.as_ref();
+        let drain_base = u16::from_be_bytes([d[0], d[1]]) as usize % 3266;
+        let drain_max_r = 1 + d[2] as usize % 64;
+        Inbound {
+            accounts,
+            legacy,
+            legacy_table: Mutex::new(LegacyTable::default()),
+            disable_insecure,
+            auth_ids: ReplayFilter::new(Duration::from_secs(120), REPLAY_CAP),
+            sessions: ReplayFilter::new(Duration::from_secs(90), REPLAY_CAP),
+            drain_base,
+            drain_max_r,
+        }
+    }
+
+    fn drain_total(&self) -> usize {
+        let mut r = [0u8; 1];
+        let _ = aws_lc_rs::rand::fill(&mut r);
+        54 + self.drain_base + r[0] as usize % self.drain_max_r
+    }
+}
+
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Legacy user hashes of every id for every second of the window, rebuilt every 10 s.
+#[derive(Default)]
+struct LegacyTable {
+    built: i64,
+    map: HashMap<[u8; 16], (usize, i64)>,
+}
+
+impl LegacyTable {
+    fn refresh(&mut self, accounts: &[Account], now: i64) {
+        if !self.map.is_empty() && (now - self.built).abs() < 10 {
+            return;
+        }
+        self.map.clear();
+        self.built = now;
+        for (i, a) in accounts.iter().enumerate() {
+            if a.alter_id == 0 {
+                continue;
+            }
+            let mut ids = vec![a.uuid];
+            ids.extend(header::alter_ids(&a.uuid, a.alter_id as usize));
+            for id in &ids {
+                for ts in now - 130..=now + 130 {
+                    self.map.insert(header::legacy_user_hash(id, ts), (i, ts));
+                }
+            }
+        }
+    }
+}
+
+/// Reads until `buf` holds at least `n` bytes.
+async fn fill<R: AsyncRead + Unpin + ?Sized>(
+    s: &mut R,
+    buf: &mut Vec<u8>,
+    n: usize,
+) -> io::Result<()> {
+    while buf.len() < n {
+        let mut tmp = [0u8; 2048];
+        let k = s.read(&mut tmp).await?;
+        if k == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&tmp[..k]);
+    }
+    Ok(())
+}
+
+/// A parsed request and what the reply needs.
+struct Accepted {
+    account: usize,
+    req: Request,
+    aead: bool,
+    /// Bytes after the header.
+    rest: Vec<u8>,
+}
+
+enum Failure {
+    Io(io::Error),
+    Bad(HeaderError),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+impl From<HeaderError> for Failure {
+    fn from(e: HeaderError) -> Self {
+        Failure::Bad(e)
+    }
+}
+
+impl Inbound {
+    async fn read_request(
+        &self,
+        s: &mut BoxStream,
+        buf: &mut Vec<u8>,
+    ) -> std::result::Result<Accepted, Failure> {
+        fill(s, buf, 16).await?;
+        let mut eauid = [0u8; 16];
+        eauid.copy_from_slice(&buf[..16]);
+        let now = now_secs();
+        // AEAD: the first account whose AuthID key yields a valid CRC (as Xray: no second try).
+        if let Some((i, ts)) = self
+            .accounts
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| a.auth.open(&eauid).map(|t| (i, t)))
+        {
+            header::check_time(ts, now)?;
+            if !self.auth_ids.check(eauid) {
+                return Err(HeaderError::Replay.into());
+            }
+            let a = &self.accounts[i];
+            fill(s, buf, header::AEAD_PREFIX).await?;
+            let mut sealed_len = [0u8; 18];
+            sealed_len.copy_from_slice(&buf[16..34]);
+            let mut nonce = [0u8; 8];
+            nonce.copy_from_slice(&buf[34..42]);
+            let l = header::open_aead_length(&a.cmd_key, &eauid, &sealed_len, &nonce)?;
+            let end = header::AEAD_PREFIX + l + 16;
+            fill(s, buf, end).await?;
+            let req = header::open_aead_instruction(
+                &a.cmd_key,
+                &eauid,
+                &nonce,
+                &mut buf[header::AEAD_PREFIX..end],
+            )?;
+            return Ok(Accepted {
+                account: i,
+                req,
+                aead: true,
+                rest: buf[end..].to_vec(),
+            });
+        }
+        if !self.legacy {
+            return Err(HeaderError::NoUser.into());
+        }
+        let found = {
+            let mut t = self.legacy_table.lock().unwrap_or_else(|e| e.into_inner());
+            t.refresh(&self.accounts, now);
+            t.map.get(&eauid).copied()
+        };
+        let Some((i, ts)) = found else {
+            return Err(HeaderError::NoUser.into());
+        };
+        let a = &self.accounts[i];
+        loop {
+            match header::open_legacy_instruction(&a.cmd_key, ts, &buf[16..])? {
+                Some((req, n)) => {
+                    return Ok(Accepted {
+                        account: i,
+                        req,
+                        aead: false,
+                        rest: buf[16 + n..].to_vec(),
+                    })
+                }
+                None => {
+                    if buf.len() >= 16 + header::MAX_INSTRUCTION {
+                        return Err(HeaderError::Truncated.into());
+                    }
+                    let want = buf.len() + 1;
+                    fill(s, buf, want).await?;
+                }
+            }
+        }
+    }
+
+    /// Reads and discards up to `total` bytes (counting `seen`), as Xray does for bad requests.
+    async fn drain(&self, s: &mut BoxStream, seen: usize, limit: Duration) {
+        let total = self.drain_total();
+        let mut left = total.saturating_sub(seen);
+        let mut tmp = [0u8; 2048];
+        let _ = tokio::time::timeout(limit, async {
+            while left > 0 {
+                let n = left.min(tmp.len());
+                match s.read(&mut tmp[..n]).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => left -= k,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+#[async_trait]
+impl InboundHandler for Inbound {
+    async fn handle_tcp(&self, mut stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+        let limit = ctx.dispatcher.handshake_timeout();
+        let mut buf = Vec::with_capacity(512);
+        let acc = match tokio::time::timeout(limit, self.read_request(&mut stream, &mut buf)).await
+        {
+            Ok(Ok(a)) => a,
+            Ok(Err(Failure::Io(e))) => {
+                tracing::info!(
+                    "[{}] vmess from {}: reading header: {e}",
+                    ctx.tag,
+                    ctx.source
+                );
+                return Ok(());
+            }
+            Ok(Err(Failure::Bad(e))) => {
+                tracing::warn!(
+                    "[{}] vmess from {}: invalid request: {e}; draining",
+                    ctx.tag,
+                    ctx.source
+                );
+                self.drain(&mut stream, buf.len(), limit).await;
+                return Ok(());
+            }
+            Err(_) => {
+                tracing::info!(
+                    "[{}] vmess from {}: handshake timed out",
+                    ctx.tag,
+                    ctx.source
+                );
+                return Ok(());
+            }
+        };
+        let a = &self.accounts[acc.account];
+        let req = acc.req;
+        let reject = |why: String| {
+            tracing::warn!(
+                "[{}] vmess from {} ({}): {why}",
+                ctx.tag,
+                ctx.source,
+                a.email
+            );
+            Ok(())
+        };
+        if !self.sessions.check((a.uuid, req.key, req.iv)) {
+            return reject("replayed session (same key and iv)".into());
+        }
+        let Some(security) = Security::from_wire(req.security) else {
+            return reject(format!("unsupported security {}", req.security));
+        };
+        if self.disable_insecure && matches!(security, Security::None | Security::Legacy) {
+            return reject(format!(
+                "insecure security {security:?} refused by disableInsecureEncryption"
+            ));
+        }
+        if req.opt & OPT_GLOBAL_PADDING != 0 && req.opt & OPT_CHUNK_MASKING == 0 {
+            return reject("global padding without chunk masking".into());
+        }
+        let network = match req.cmd {
+            Command::Tcp => Network::Tcp,
+            Command::Udp => Network::Udp,
+            Command::Mux => return reject("Mux.Cool (XUDP) is not supported".into()),
+        };
+        let (rkey, riv) = if acc.aead {
+            header::response_keys_aead(&req.key, &req.iv)
+        } else {
+            header::response_keys_legacy(&req.key, &req.iv)
+        };
+        let mut resp = Vec::with_capacity(64);
+        let wcfb = if acc.aead {
+            header::seal_aead_response(&rkey, &riv, req.v, &mut resp);
+            Some(header::cfb_enc(&rkey, &riv))
+        } else {
+            let mut enc = header::cfb_enc(&rkey, &riv);
+            let mut h = [req.v, 0, 0, 0];
+            enc.encrypt(&mut h);
+            resp.extend_from_slice(&h);
+            Some(enc)
+        };
+        let packet = network == Network::Udp;
+        let up = BodyParams {
+            security,
+            opt: req.opt,
+            packet,
+            key: req.key,
+            iv: req.iv,
+            req_key: req.key,
+            req_iv: req.iv,
+        };
+        let down = BodyParams {
+            key: rkey,
+            iv: riv,
+            ..up
+        };
+        let mut opener =
+            Opener::new(&up, Some(header::cfb_dec(&req.key, &req.iv))).map_err(io::Error::from)?;
+        if !packet {
+            opener.tolerate_empty_first();
+        }
+        let sealer = Sealer::new(&down, wcfb).map_err(io::Error::from)?;
+        let body = VmessStream::new(
+            stream,
+            sealer,
+            opener,
+            ReadHead::None,
+            resp,
+            None,
+            &acc.rest,
+            packet,
+        );
+        let mut session = ctx.session(req.dest, network, "vmess");
+        session.user = Some(User {
+            email: a.email.clone(),
+            level: a.level,
+        });
+        tracing::debug!(
+            "[{}] vmess {} {} {} security {:?} opt {:#x}{}",
+            ctx.tag,
+            a.email,
+            network,
+            session.dest,
+            security,
+            req.opt,
+            if acc.aead { "" } else { " (legacy header)" }
+        );
+        match network {
+            Network::Tcp => ctx
+                .dispatcher
+                .dispatch_tcp(session, Box::new(body))
+                .await
+                .map(|_| ()),
+            Network::Udp => super::udp::serve(body, session, &ctx).await,
+        }
+    }
+}
