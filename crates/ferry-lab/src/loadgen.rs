@@ -117,10 +117,20 @@ pub async fn bulk(target: &Target, o: &BulkOpts) -> Result<Transfer> {
         bail!("concurrency must be at least 1");
     }
     let data = Arc::new(random_bytes(CHUNK * 8, 0x1ab));
-    // Open every connection first so set-up cost stays out of the timing.
+    // Open every connection and wait for the receiver's "ready" first, so set-up cost stays
+    // out of the timing (and no proxy sees a large first burst with its request header).
+    let mode = if o.reverse {
+        Mode::Download
+    } else {
+        Mode::Upload
+    };
     let mut conns = Vec::with_capacity(o.concurrency);
-    for _ in 0..o.concurrency {
-        conns.push(target.open().await?);
+    for i in 0..o.concurrency {
+        let mut s = target.open().await?;
+        ready(&mut s, mode, o.amount, o.stall)
+            .await
+            .with_context(|| format!("connection {}: waiting for the receiver", i + 1))?;
+        conns.push(s);
     }
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -133,11 +143,11 @@ pub async fn bulk(target: &Target, o: &BulkOpts) -> Result<Transfer> {
             } else {
                 upload_one(s, &data, i, o.amount, o.stall).await
             };
-            r.map(|()| start.elapsed().as_secs_f64())
+            r.map(|done| done.duration_since(start).as_secs_f64())
                 .with_context(|| format!("connection {}", i + 1))
         }));
     }
-    let mut per = Vec::new();
+    let mut per: Vec<f64> = Vec::new();
     let mut first_err = None;
     for t in tasks {
         match t.await {
@@ -155,9 +165,25 @@ pub async fn bulk(target: &Target, o: &BulkOpts) -> Result<Transfer> {
     }
     Ok(Transfer {
         bytes: o.amount * o.concurrency as u64,
-        secs: start.elapsed().as_secs_f64(),
+        secs: per.iter().cloned().fold(0.0, f64::max),
         per_conn_secs: per,
     })
+}
+
+/// Sends the header and waits for the receiver's zero acknowledgement.
+async fn ready(s: &mut TcpStream, mode: Mode, amount: u64, stall: Duration) -> Result<()> {
+    s.write_all(&Header { mode, arg: amount }.encode()).await?;
+    let mut ack = [0u8; 8];
+    match tokio::time::timeout(stall, s.read_exact(&mut ack)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => bail!("chain closed before the receiver answered: {e}"),
+        Err(_) => bail!("no answer through the chain in {:.1}s", stall.as_secs_f64()),
+    }
+    let v = u64::from_be_bytes(ack);
+    if v != 0 {
+        bail!("byte-count mismatch: receiver's first acknowledgement is {v}, expected 0");
+    }
+    Ok(())
 }
 
 async fn upload_one(
@@ -166,16 +192,8 @@ async fn upload_one(
     idx: usize,
     amount: u64,
     stall: Duration,
-) -> Result<()> {
+) -> Result<Instant> {
     let (mut r, mut w) = s.into_split();
-    w.write_all(
-        &Header {
-            mode: Mode::Upload,
-            arg: amount,
-        }
-        .encode(),
-    )
-    .await?;
     let span = data.len() - CHUNK;
     let mut off = (idx * 7919) % span;
     let data = data.to_vec();
@@ -226,25 +244,19 @@ async fn upload_one(
             _ => {}
         }
     }
+    let done = Instant::now();
     match writer.await {
         Ok(Ok(mut w)) => {
             let _ = w.shutdown().await;
-            Ok(())
+            Ok(done)
         }
         Ok(Err(e)) => Err(anyhow!("write error: {e}")),
         Err(e) => Err(anyhow!("writer task: {e}")),
     }
 }
 
-async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<()> {
-    s.write_all(
-        &Header {
-            mode: Mode::Download,
-            arg: amount,
-        }
-        .encode(),
-    )
-    .await?;
+async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<Instant> {
+    s.write_all(b"G").await?;
     let mut buf = vec![0u8; 256 * 1024];
     let mut got = 0u64;
     while got < amount {
@@ -260,6 +272,7 @@ async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<
         }
         got += n as u64;
     }
+    let done = Instant::now();
     if got > amount {
         bail!("byte-count mismatch: received {got} bytes but {amount} were sent");
     }
@@ -267,7 +280,7 @@ async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<
     // A stray extra byte would arrive now; the receiver closes only after our acknowledgement.
     match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
         Ok(Ok(n)) if n > 0 => bail!("byte-count mismatch: {n} bytes more than the {amount} sent"),
-        _ => Ok(()),
+        _ => Ok(done),
     }
 }
 

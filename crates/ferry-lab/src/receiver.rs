@@ -125,6 +125,8 @@ async fn read_t(s: &mut TcpStream, buf: &mut [u8]) -> Result<usize> {
 }
 
 async fn upload(s: &mut TcpStream, total: &mut u64) -> Result<()> {
+    // "Nothing yet": tells the loadgen the chain is up before it starts the clock.
+    s.write_all(&0u64.to_be_bytes()).await?;
     let mut buf = vec![0u8; 256 * 1024];
     loop {
         let n = read_t(s, &mut buf).await?;
@@ -138,6 +140,13 @@ async fn upload(s: &mut TcpStream, total: &mut u64) -> Result<()> {
 
 async fn download(s: &mut TcpStream, amount: u64, sent: &mut u64) -> Result<()> {
     let data = random_bytes(CHUNK * 2, amount ^ 0x5eed);
+    // Ready; then wait for the loadgen's one-byte go, so chain set-up stays out of its timing.
+    s.write_all(&0u64.to_be_bytes()).await?;
+    let mut go = [0u8; 1];
+    match tokio::time::timeout(IDLE, s.read_exact(&mut go)).await {
+        Ok(Ok(_)) => {}
+        _ => bail!("no go byte from the loadgen"),
+    }
     let mut off = 0usize;
     while *sent < amount {
         let n = ((amount - *sent) as usize).min(CHUNK);
