@@ -245,14 +245,23 @@ async fn upload_one(
         }
     }
     let done = Instant::now();
-    match writer.await {
-        Ok(Ok(mut w)) => {
-            let _ = w.shutdown().await;
-            Ok(done)
+    let mut w = match writer.await {
+        Ok(Ok(w)) => w,
+        Ok(Err(e)) => bail!("write error: {e}"),
+        Err(e) => bail!("writer task: {e}"),
+    };
+    // Everything is written and acknowledged; an acknowledgement past it means added bytes.
+    let _ = w.shutdown().await;
+    let linger = Instant::now() + Duration::from_millis(200);
+    while let Ok(Ok(n)) = tokio::time::timeout_at(linger.into(), r.read(&mut buf)).await {
+        if n == 0 {
+            break;
         }
-        Ok(Err(e)) => Err(anyhow!("write error: {e}")),
-        Err(e) => Err(anyhow!("writer task: {e}")),
+        if let Some(a) = acks.feed(&buf[..n]).filter(|a| *a > amount) {
+            bail!("byte-count mismatch: receiver acknowledged {a} bytes but {amount} were sent");
+        }
     }
+    Ok(done)
 }
 
 async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<Instant> {
