@@ -424,6 +424,22 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
         }
         let _ = writeln!(md);
     }
+    let errors: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Error).collect();
+    if !errors.is_empty() {
+        let _ = writeln!(md, "## Errors\n");
+        for r in errors {
+            let _ = writeln!(
+                md,
+                "- {} / {} / {} {}: {}",
+                r.scenario,
+                r.implementation,
+                r.test,
+                r.streams,
+                short(r.message.as_deref().unwrap_or(""))
+            );
+        }
+        let _ = writeln!(md);
+    }
     let skipped: Vec<&Row> = rows
         .iter()
         .filter(|r| r.status == Status::Skipped)
