@@ -30,7 +30,8 @@ pub enum Test {
     Reverse,
     /// Time to first byte through the chain and small-message round trips.
     Latency,
-    /// RSS per held idle connection.
+    /// RSS per held idle connection (the memory scenario; alias `memory`).
+    #[value(alias = "memory")]
     Idle,
 }
 
