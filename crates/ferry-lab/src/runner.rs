@@ -130,6 +130,12 @@ struct Ctx<'a> {
 
 /// Runs everything and writes the reports; returns the rows.
 pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
+    // Processes run in their own folders: every path handed to them must be absolute.
+    let mut abs = o.clone();
+    abs.out = std::path::absolute(&o.out)?;
+    abs.scenario_dir = std::path::absolute(&o.scenario_dir)?;
+    abs.peers_dir = std::path::absolute(&o.peers_dir)?;
+    let o = &abs;
     std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;
     let nofile = crate::sys::raise_nofile();
     let mut rows: Vec<Row> = Vec::new();

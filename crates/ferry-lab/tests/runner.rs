@@ -306,24 +306,26 @@ listen = ["entry_port"]
 /// The CLI exits non-zero when a measurement failed.
 #[test]
 fn cli_fails_on_a_bad_scenario_name() {
-    let out = tmp("cli-bad");
-    let o = lab(&[
-        "run",
-        "bare",
-        "bogus-scenario",
-        "--amount",
-        "2M",
-        "--streams",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    peer("xray");
+    // A relative --out, with the chain's processes running in their own folders.
+    let cwd = tmp("cli-bad");
+    let out = cwd.join("rel-out");
+    let o = Command::new(env!("CARGO_BIN_EXE_ferry-lab"))
+        .args(["run", "bare", "bogus-scenario", "relay", "--impl", "xray"])
+        .args(["--amount", "2M", "--streams", "1", "--out", "rel-out"])
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
     assert!(md.contains("unknown scenario \"bogus-scenario\""), "{md}");
     let rows = rows(&out);
-    assert!(rows
-        .iter()
-        .any(|r| r["scenario"] == "bare" && r["status"] == "ok"));
-    let _ = std::fs::remove_dir_all(&out);
+    for scn in ["bare", "relay"] {
+        assert!(
+            rows.iter()
+                .any(|r| r["scenario"] == scn && r["status"] == "ok"),
+            "{scn}: {rows:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&cwd);
 }
