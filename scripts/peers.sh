@@ -10,7 +10,8 @@ set -euo pipefail
 XRAY_VERSION=v1.260327.0
 SINGBOX_VERSION=v1.14.1
 SSRUST_VERSION=1.25.0
-DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light curl)
+# fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates.
+DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light curl fonts-dejavu-core openssl)
 
 BIN="${FERRY_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin}"
 mkdir -p "$BIN"

@@ -1,0 +1,247 @@
+//! PNG bar charts: throughput by implementation, one bar per connection count. Text uses
+//! DejaVu Sans from Debian's fonts-dejavu-core when present; without it the charts are drawn
+//! without text and the Markdown report carries the legend.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::report::Row;
+use crate::report::{aggregate, Status};
+use crate::runner::Test;
+
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+];
+
+const PALETTE: [RGBColor; 5] = [
+    RGBColor(0x2b, 0x6c, 0xb0),
+    RGBColor(0xe0, 0x7b, 0x22),
+    RGBColor(0x3a, 0x9a, 0x4a),
+    RGBColor(0xb8, 0x3b, 0x5e),
+    RGBColor(0x7a, 0x5c, 0xa8),
+];
+
+/// Registers the font once; whether text can be drawn.
+fn have_font() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| {
+        for p in FONT_PATHS {
+            if let Ok(bytes) = std::fs::read(p) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+/// Writes one chart per (scenario, direction) that has throughput rows; returns
+/// (file name, legend) pairs.
+pub fn write_charts(
+    out: &Path,
+    rows: &[Row],
+    impls: &[String],
+    order: &[String],
+) -> Result<Vec<(String, String)>> {
+    let aggs = aggregate(rows);
+    let mut made = Vec::new();
+    let mut scenarios: Vec<String> = order.to_vec();
+    for r in rows {
+        if !scenarios.contains(&r.scenario) {
+            scenarios.push(r.scenario.clone());
+        }
+    }
+    for test in [Test::Throughput, Test::Reverse] {
+        for s in &scenarios {
+            let mine: Vec<_> = aggs
+                .iter()
+                .filter(|(k, a)| k.0 == *s && k.2 == test.name() && a.status != Status::Skipped)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let names: Vec<&String> = impls
+                .iter()
+                .filter(|i| mine.iter().any(|(k, _)| k.1 == **i))
+                .collect();
+            let mut streams: Vec<usize> = mine.iter().map(|(k, _)| k.3).collect();
+            streams.sort();
+            streams.dedup();
+            // values[impl][stream] = MB/s, or why there is no bar
+            let values: Vec<Vec<Result<f64, &str>>> = names
+                .iter()
+                .map(|i| {
+                    streams
+                        .iter()
+                        .map(
+                            |st| match mine.iter().find(|(k, _)| k.1 == **i && k.3 == *st) {
+                                Some((_, a)) if a.status == Status::Ok => Ok(a.mb_per_s),
+                                Some((_, a)) if a.status == Status::NotYet => Err("not yet"),
+                                Some(_) => Err("error"),
+                                None => Err("–"),
+                            },
+                        )
+                        .collect()
+                })
+                .collect();
+            let suffix = if test == Test::Reverse {
+                "-reverse"
+            } else {
+                ""
+            };
+            let file = format!("chart-{s}{suffix}.png");
+            let title = format!(
+                "{s}{}: throughput, MB/s",
+                if test == Test::Reverse {
+                    " (reverse)"
+                } else {
+                    ""
+                }
+            );
+            draw(&out.join(&file), &title, &names, &streams, &values)?;
+            let legend = format!(
+                "{title}. Groups left to right: {}. Bars in each group: {} connection(s){}.",
+                names
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                streams
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if names
+                    .iter()
+                    .zip(&values)
+                    .any(|(_, v)| v.iter().any(|x| x.is_err()))
+                {
+                    "; a missing bar is not yet supported or failed (see the tables)"
+                } else {
+                    ""
+                }
+            );
+            made.push((file, legend));
+        }
+    }
+    Ok(made)
+}
+
+fn draw(
+    path: &Path,
+    title: &str,
+    names: &[&String],
+    streams: &[usize],
+    values: &[Vec<Result<f64, &str>>],
+) -> Result<()> {
+    let text = have_font();
+    let root = BitMapBackend::new(path, (960, 520)).into_drawing_area();
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(e)?;
+    let ymax = values
+        .iter()
+        .flatten()
+        .filter_map(|v| v.as_ref().ok())
+        .fold(0.0f64, |a, b| a.max(*b))
+        .max(1.0)
+        * 1.15;
+    let n = names.len().max(1) as f64;
+    let mut b = ChartBuilder::on(&root);
+    b.margin(16)
+        .x_label_area_size(if text { 40 } else { 10 })
+        .y_label_area_size(if text { 70 } else { 10 });
+    if text {
+        b.caption(title, ("sans-serif", 24));
+    }
+    let mut chart = b
+        .build_cartesian_2d(0f64..n, 0f64..ymax)
+        .map_err(|x| anyhow!("{x:?}"))?;
+    {
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_x_mesh().x_labels(0);
+        if text {
+            mesh.y_desc("MB/s").label_style(("sans-serif", 15));
+        } else {
+            mesh.y_labels(0);
+        }
+        mesh.draw().map_err(|x| anyhow!("{x:?}"))?;
+    }
+    let k = streams.len().max(1) as f64;
+    let group_w = 0.8;
+    let bar_w = group_w / k;
+    for (si, st) in streams.iter().enumerate() {
+        let color = PALETTE[si % PALETTE.len()];
+        let bars: Vec<Rectangle<(f64, f64)>> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(ii, v)| {
+                let y = *v.get(si)?.as_ref().ok()?;
+                let x0 = ii as f64 + 0.1 + si as f64 * bar_w;
+                Some(Rectangle::new(
+                    [(x0, 0.0), (x0 + bar_w * 0.92, y)],
+                    color.filled(),
+                ))
+            })
+            .collect();
+        let series = chart.draw_series(bars).map_err(|x| anyhow!("{x:?}"))?;
+        if text {
+            let label = if *st == 1 {
+                "1 connection".to_string()
+            } else {
+                format!("{st} connections")
+            };
+            series.label(label).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+            });
+        }
+    }
+    if text {
+        // Value labels above bars and implementation names under each group.
+        for (ii, v) in values.iter().enumerate() {
+            for (si, y) in v.iter().enumerate() {
+                let x = ii as f64 + 0.1 + (si as f64 + 0.46) * bar_w;
+                let (px, py) = chart.backend_coord(&(x, *y.as_ref().unwrap_or(&0.0)));
+                let label = match y {
+                    Ok(y) => format!("{y:.0}"),
+                    Err(why) => why.to_string(),
+                };
+                root.draw(&Text::new(
+                    label,
+                    (px, py - 4),
+                    ("sans-serif", 13)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                ))
+                .map_err(e)?;
+            }
+            let (px, py) = chart.backend_coord(&(ii as f64 + 0.5, 0.0));
+            root.draw(&Text::new(
+                names[ii].to_string(),
+                (px, py + 8),
+                ("sans-serif", 17)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Top)),
+            ))
+            .map_err(e)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .draw()
+            .map_err(|x| anyhow!("{x:?}"))?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}

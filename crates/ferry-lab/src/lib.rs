@@ -1,0 +1,11 @@
+//! ferry-lab: loadgen, receiver and side-by-side proxy scenarios on one machine.
+
+pub mod chart;
+pub mod loadgen;
+pub mod procs;
+pub mod receiver;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod sys;
+pub mod wire;

@@ -1,0 +1,432 @@
+//! The sending end: connects directly or through a SOCKS5 proxy, moves a verified number of
+//! bytes, and measures throughput, time to first byte and round-trip latency.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::wire::{random_bytes, AckReader, Header, Mode, CHUNK};
+
+/// Where loadgen connects.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The address to connect to: the receiver, a dokodemo-style entry, or a SOCKS5 proxy.
+    pub connect: SocketAddr,
+    /// With a SOCKS5 proxy at `connect`: the receiver address to CONNECT to.
+    pub socks_dest: Option<SocketAddr>,
+}
+
+impl Target {
+    /// Opens a connection that reaches the receiver (after the SOCKS5 handshake, if any).
+    pub async fn open(&self) -> Result<TcpStream> {
+        let mut s = TcpStream::connect(self.connect)
+            .await
+            .with_context(|| format!("connecting to {}", self.connect))?;
+        let _ = s.set_nodelay(true);
+        if let Some(dest) = self.socks_dest {
+            socks5_connect(&mut s, dest)
+                .await
+                .with_context(|| format!("SOCKS5 CONNECT {dest} via {}", self.connect))?;
+        }
+        Ok(s)
+    }
+}
+
+/// SOCKS5 no-auth CONNECT handshake (RFC 1928).
+pub async fn socks5_connect(s: &mut TcpStream, dest: SocketAddr) -> Result<()> {
+    s.write_all(&[5, 1, 0]).await?;
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).await?;
+    if m != [5, 0] {
+        bail!("proxy refused no-auth method: {m:02x?}");
+    }
+    let mut req = vec![5, 1, 0];
+    match dest {
+        SocketAddr::V4(a) => {
+            req.push(1);
+            req.extend_from_slice(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            req.push(4);
+            req.extend_from_slice(&a.ip().octets());
+        }
+    }
+    req.extend_from_slice(&dest.port().to_be_bytes());
+    s.write_all(&req).await?;
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).await?;
+    if head[1] != 0 {
+        bail!("proxy answered CONNECT with code {}", head[1]);
+    }
+    let skip = match head[3] {
+        1 => 4 + 2,
+        4 => 16 + 2,
+        3 => {
+            let mut l = [0u8; 1];
+            s.read_exact(&mut l).await?;
+            l[0] as usize + 2
+        }
+        t => bail!("bad address type {t} in SOCKS5 reply"),
+    };
+    let mut rest = vec![0u8; skip];
+    s.read_exact(&mut rest).await?;
+    Ok(())
+}
+
+/// Result of one bulk transfer over one or more connections.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Transfer {
+    /// Total verified payload bytes.
+    pub bytes: u64,
+    /// Wall time from the first byte sent to the last byte confirmed, in seconds (µs resolution).
+    pub secs: f64,
+    /// Per-connection seconds.
+    pub per_conn_secs: Vec<f64>,
+}
+
+impl Transfer {
+    /// Throughput in MB/s (10^6 bytes per second).
+    pub fn mb_per_s(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.bytes as f64 / self.secs / 1e6
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Options of a bulk transfer.
+#[derive(Clone, Debug)]
+pub struct BulkOpts {
+    /// Bytes per connection.
+    pub amount: u64,
+    pub concurrency: usize,
+    /// Receiver sends, loadgen counts.
+    pub reverse: bool,
+    /// Give up when nothing moves for this long (loss shows up as a stall).
+    pub stall: Duration,
+}
+
+/// Runs `concurrency` transfers of `amount` bytes each at once.
+pub async fn bulk(target: &Target, o: &BulkOpts) -> Result<Transfer> {
+    if o.concurrency == 0 {
+        bail!("concurrency must be at least 1");
+    }
+    let data = Arc::new(random_bytes(CHUNK * 8, 0x1ab));
+    // Open every connection and wait for the receiver's "ready" first, so set-up cost stays
+    // out of the timing (and no proxy sees a large first burst with its request header).
+    let mode = if o.reverse {
+        Mode::Download
+    } else {
+        Mode::Upload
+    };
+    let mut conns = Vec::with_capacity(o.concurrency);
+    for i in 0..o.concurrency {
+        let mut s = target.open().await?;
+        ready(&mut s, mode, o.amount, o.stall)
+            .await
+            .with_context(|| format!("connection {}: waiting for the receiver", i + 1))?;
+        conns.push(s);
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, s) in conns.into_iter().enumerate() {
+        let data = data.clone();
+        let o = o.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = if o.reverse {
+                download_one(s, o.amount, o.stall).await
+            } else {
+                upload_one(s, &data, i, o.amount, o.stall).await
+            };
+            r.map(|done| done.duration_since(start).as_secs_f64())
+                .with_context(|| format!("connection {}", i + 1))
+        }));
+    }
+    let mut per: Vec<f64> = Vec::new();
+    let mut first_err = None;
+    for t in tasks {
+        match t.await {
+            Ok(Ok(secs)) => per.push(secs),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(anyhow!("task failed: {e}"));
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    Ok(Transfer {
+        bytes: o.amount * o.concurrency as u64,
+        secs: per.iter().cloned().fold(0.0, f64::max),
+        per_conn_secs: per,
+    })
+}
+
+/// Sends the header and waits for the receiver's zero acknowledgement.
+async fn ready(s: &mut TcpStream, mode: Mode, amount: u64, stall: Duration) -> Result<()> {
+    s.write_all(&Header { mode, arg: amount }.encode()).await?;
+    let mut ack = [0u8; 8];
+    match tokio::time::timeout(stall, s.read_exact(&mut ack)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => bail!("chain closed before the receiver answered: {e}"),
+        Err(_) => bail!("no answer through the chain in {:.1}s", stall.as_secs_f64()),
+    }
+    let v = u64::from_be_bytes(ack);
+    if v != 0 {
+        bail!("byte-count mismatch: receiver's first acknowledgement is {v}, expected 0");
+    }
+    Ok(())
+}
+
+async fn upload_one(
+    s: TcpStream,
+    data: &[u8],
+    idx: usize,
+    amount: u64,
+    stall: Duration,
+) -> Result<Instant> {
+    let (mut r, mut w) = s.into_split();
+    let span = data.len() - CHUNK;
+    let mut off = (idx * 7919) % span;
+    let data = data.to_vec();
+    let writer = tokio::spawn(async move {
+        let mut sent = 0u64;
+        while sent < amount {
+            let n = ((amount - sent) as usize).min(CHUNK);
+            w.write_all(&data[off..off + n]).await?;
+            sent += n as u64;
+            off = (off + 4097) % span;
+        }
+        Ok::<_, std::io::Error>(w)
+    });
+    let mut acks = AckReader::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match tokio::time::timeout(stall, r.read(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                writer.abort();
+                bail!(
+                    "read error after {} of {amount} bytes acknowledged: {e}",
+                    acks.last.unwrap_or(0)
+                )
+            }
+            Err(_) => {
+                writer.abort();
+                bail!(
+                    "byte-count mismatch: no progress for {:.1}s with {} of {amount} bytes acknowledged by the receiver",
+                    stall.as_secs_f64(),
+                    acks.last.unwrap_or(0)
+                )
+            }
+        };
+        if n == 0 {
+            writer.abort();
+            bail!(
+                "byte-count mismatch: connection closed with {} of {amount} bytes acknowledged",
+                acks.last.unwrap_or(0)
+            );
+        }
+        match acks.feed(&buf[..n]) {
+            Some(a) if a > amount => {
+                writer.abort();
+                bail!("byte-count mismatch: receiver acknowledged {a} bytes but {amount} were sent")
+            }
+            Some(a) if a == amount => break,
+            _ => {}
+        }
+    }
+    let done = Instant::now();
+    let mut w = match writer.await {
+        Ok(Ok(w)) => w,
+        Ok(Err(e)) => bail!("write error: {e}"),
+        Err(e) => bail!("writer task: {e}"),
+    };
+    // Everything is written and acknowledged; an acknowledgement past it means added bytes.
+    let _ = w.shutdown().await;
+    let linger = Instant::now() + Duration::from_millis(200);
+    while let Ok(Ok(n)) = tokio::time::timeout_at(linger.into(), r.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        if let Some(a) = acks.feed(&buf[..n]).filter(|a| *a > amount) {
+            bail!("byte-count mismatch: receiver acknowledged {a} bytes but {amount} were sent");
+        }
+    }
+    Ok(done)
+}
+
+async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<Instant> {
+    s.write_all(b"G").await?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    while got < amount {
+        let n = match tokio::time::timeout(stall, s.read(&mut buf)).await {
+            Ok(r) => r.with_context(|| format!("read error after {got} of {amount} bytes"))?,
+            Err(_) => bail!(
+                "byte-count mismatch: no progress for {:.1}s with {got} of {amount} bytes received",
+                stall.as_secs_f64()
+            ),
+        };
+        if n == 0 {
+            bail!("byte-count mismatch: connection closed after {got} of {amount} bytes");
+        }
+        got += n as u64;
+    }
+    let done = Instant::now();
+    if got > amount {
+        bail!("byte-count mismatch: received {got} bytes but {amount} were sent");
+    }
+    s.write_all(&got.to_be_bytes()).await?;
+    // A stray extra byte would arrive now; the receiver closes only after our acknowledgement.
+    match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => bail!("byte-count mismatch: {n} bytes more than the {amount} sent"),
+        _ => Ok(done),
+    }
+}
+
+/// Latency figures in milliseconds.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Percentiles {
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Nearest-rank percentiles of durations.
+pub fn percentiles(mut v: Vec<Duration>) -> Percentiles {
+    v.sort();
+    let at = |p: f64| -> f64 {
+        if v.is_empty() {
+            return 0.0;
+        }
+        let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+        let i = rank.clamp(1, v.len()) - 1;
+        v.get(i).map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0)
+    };
+    Percentiles {
+        samples: v.len(),
+        p50_ms: at(50.0),
+        p90_ms: at(90.0),
+        p99_ms: at(99.0),
+    }
+}
+
+/// Time to first byte: connect (and SOCKS handshake), send a hello, wait for the receiver's
+/// first byte. Covers the whole chain's connection set-up.
+pub async fn ttfb(target: &Target, count: usize, timeout: Duration) -> Result<Percentiles> {
+    let mut v = Vec::with_capacity(count);
+    for i in 0..count {
+        let t0 = Instant::now();
+        let once = async {
+            let mut s = target.open().await?;
+            s.write_all(
+                &Header {
+                    mode: Mode::Hello,
+                    arg: 0,
+                }
+                .encode(),
+            )
+            .await?;
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).await?;
+            Ok::<_, anyhow::Error>(())
+        };
+        match tokio::time::timeout(timeout, once).await {
+            Ok(Ok(())) => v.push(t0.elapsed()),
+            Ok(Err(e)) => return Err(e.context(format!("first-byte probe {}", i + 1))),
+            Err(_) => bail!("first-byte probe {} timed out", i + 1),
+        }
+    }
+    Ok(percentiles(v))
+}
+
+/// Request/response round trips of `size`-byte messages on one connection.
+pub async fn round_trips(
+    target: &Target,
+    size: usize,
+    count: usize,
+    timeout: Duration,
+) -> Result<Percentiles> {
+    let mut s = target.open().await?;
+    s.write_all(
+        &Header {
+            mode: Mode::Echo,
+            arg: size as u64,
+        }
+        .encode(),
+    )
+    .await?;
+    let msg = random_bytes(size, 7);
+    let mut back = vec![0u8; size];
+    let mut v = Vec::with_capacity(count);
+    for i in 0..count {
+        let t0 = Instant::now();
+        let once = async {
+            s.write_all(&msg).await?;
+            s.read_exact(&mut back).await?;
+            Ok::<_, std::io::Error>(())
+        };
+        match tokio::time::timeout(timeout, once).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => bail!("round trip {}: {e}", i + 1),
+            Err(_) => bail!("round trip {} timed out", i + 1),
+        }
+        v.push(t0.elapsed());
+        if back != msg {
+            bail!("round trip {}: the echo differs from the request", i + 1);
+        }
+    }
+    Ok(percentiles(v))
+}
+
+/// Opens `n` connections through the chain, each confirmed end to end by the receiver's hello
+/// byte, and returns them open.
+pub async fn hold_idle(target: &Target, n: usize, timeout: Duration) -> Result<Vec<TcpStream>> {
+    let mut held = Vec::with_capacity(n);
+    let mut done = 0;
+    while done < n {
+        let batch = (n - done).min(64);
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..batch {
+            let t = target.clone();
+            set.spawn(async move {
+                let once = async {
+                    let mut s = t.open().await?;
+                    s.write_all(
+                        &Header {
+                            mode: Mode::Hello,
+                            arg: 0,
+                        }
+                        .encode(),
+                    )
+                    .await?;
+                    let mut b = [0u8; 1];
+                    s.read_exact(&mut b).await?;
+                    Ok::<_, anyhow::Error>(s)
+                };
+                match tokio::time::timeout(timeout, once).await {
+                    Ok(r) => r,
+                    Err(_) => Err(anyhow!("timed out")),
+                }
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            let s = r
+                .map_err(|e| anyhow!("{e}"))?
+                .with_context(|| format!("idle connection {} of {n}", held.len() + 1))?;
+            held.push(s);
+        }
+        done += batch;
+    }
+    Ok(held)
+}

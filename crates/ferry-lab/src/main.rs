@@ -1,0 +1,305 @@
+//! The `ferry-lab` command: `run` scenarios side by side, or use `loadgen` / `receiver` alone.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+use ferry_lab::loadgen::{self, BulkOpts, Target};
+use ferry_lab::report::Status;
+use ferry_lab::runner::{self, RunOpts, Test};
+use ferry_lab::{receiver, scenario, wire};
+
+#[derive(Parser)]
+#[command(
+    name = "ferry-lab",
+    version,
+    about = "Measure Ferry and its peers side by side on loopback"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run scenarios for several implementations and write results/<timestamp>/.
+    Run {
+        /// Scenario names (files under crates/ferry-lab/scenarios/).
+        #[arg(required = true)]
+        scenarios: Vec<String>,
+        /// Implementations, comma-separated.
+        #[arg(
+            long = "impl",
+            value_delimiter = ',',
+            default_value = "ferry,xray,sing-box,v2ray,ss-rust,ss-libev,trojan"
+        )]
+        impls: Vec<String>,
+        /// Connection counts for throughput tests.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        streams: Vec<usize>,
+        /// Bytes per throughput measurement, split over its connections (K/M/G suffixes).
+        #[arg(long, default_value = "2G")]
+        amount: String,
+        /// Repetitions of each measurement (the report shows the median).
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// Output folder (default results/<timestamp>/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// What to measure, comma-separated.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "throughput")]
+        tests: Vec<Test>,
+        /// Shortcut for adding the reverse direction to the tests.
+        #[arg(long)]
+        reverse: bool,
+        /// Idle connection counts for the idle (memory) test.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        idle: Vec<usize>,
+        /// Implementation the ratios in the table compare against.
+        #[arg(long, default_value = "xray")]
+        baseline: String,
+        /// Use this ferry binary instead of building `cargo build --release -p ferry`.
+        #[arg(long)]
+        ferry_bin: Option<PathBuf>,
+        /// Folder of scenario files.
+        #[arg(long)]
+        scenario_dir: Option<PathBuf>,
+        /// Folder of peer binaries (default: scripts/peers.sh's cache).
+        #[arg(long)]
+        peers_dir: Option<PathBuf>,
+        /// Seconds without progress after which a transfer counts as lost bytes.
+        #[arg(long, default_value_t = 20.0)]
+        stall: f64,
+        /// Time-to-first-byte samples (latency test).
+        #[arg(long, default_value_t = 200)]
+        ttfb_count: usize,
+        /// Round trips (latency test).
+        #[arg(long, default_value_t = 2000)]
+        rr_count: usize,
+        /// Message size of the round trips.
+        #[arg(long, default_value_t = 64)]
+        rr_size: usize,
+        /// Skip the PNG charts.
+        #[arg(long)]
+        no_charts: bool,
+    },
+    /// List the scenarios and the implementations each one has.
+    List {
+        #[arg(long)]
+        scenario_dir: Option<PathBuf>,
+    },
+    /// Listen and serve lab connections (acknowledging running byte totals).
+    Receiver {
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+    },
+    /// Connect (directly or via SOCKS5) and measure against a receiver.
+    Loadgen {
+        /// Address to connect to: the receiver or a dokodemo-style proxy entry.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        connect: SocketAddr,
+        /// Treat --connect as a SOCKS5 proxy and CONNECT to this receiver address.
+        #[arg(long)]
+        socks_dest: Option<SocketAddr>,
+        /// Bytes per connection (K/M/G suffixes).
+        #[arg(long, default_value = "1G")]
+        amount: String,
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        /// The receiver sends and loadgen counts.
+        #[arg(long)]
+        reverse: bool,
+        /// Measure time to first byte and round trips instead of throughput.
+        #[arg(long)]
+        latency: bool,
+        #[arg(long, default_value_t = 200)]
+        ttfb_count: usize,
+        #[arg(long, default_value_t = 2000)]
+        rr_count: usize,
+        #[arg(long, default_value_t = 64)]
+        rr_size: usize,
+        #[arg(long, default_value_t = 20.0)]
+        stall: f64,
+    },
+}
+
+fn timestamp() -> String {
+    let out = std::process::Command::new("date")
+        .arg("+%Y%m%d-%H%M%S")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    if out.is_empty() {
+        format!(
+            "{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        )
+    } else {
+        out
+    }
+}
+
+fn real_main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Run {
+            scenarios,
+            impls,
+            streams,
+            amount,
+            runs,
+            out,
+            mut tests,
+            reverse,
+            idle,
+            baseline,
+            ferry_bin,
+            scenario_dir,
+            peers_dir,
+            stall,
+            ttfb_count,
+            rr_count,
+            rr_size,
+            no_charts,
+        } => {
+            if reverse && !tests.contains(&Test::Reverse) {
+                tests.push(Test::Reverse);
+            }
+            if streams.contains(&0) || runs == 0 {
+                bail!("--streams and --runs must be at least 1");
+            }
+            for i in &impls {
+                if !runner::ALL_IMPLS.contains(&i.as_str()) {
+                    bail!(
+                        "unknown implementation {i:?}; known: {}",
+                        runner::ALL_IMPLS.join(", ")
+                    );
+                }
+            }
+            let o = RunOpts {
+                scenarios,
+                impls,
+                streams,
+                amount: wire::parse_size(&amount)?,
+                runs,
+                out: out.unwrap_or_else(|| PathBuf::from("results").join(timestamp())),
+                tests,
+                idle,
+                baseline: Some(baseline),
+                ferry_bin,
+                scenario_dir: scenario_dir.unwrap_or_else(scenario::default_dir),
+                peers_dir: peers_dir.unwrap_or_else(runner::peers_dir),
+                stall: Duration::from_secs_f64(stall),
+                ttfb_count,
+                rr_count,
+                rr_size,
+                charts: !no_charts,
+            };
+            let rows = runner::run(&o)?;
+            let md = std::fs::read_to_string(o.out.join("results.md")).unwrap_or_default();
+            println!("{md}");
+            println!("results in {}", o.out.display());
+            let errors = rows.iter().filter(|r| r.status == Status::Error).count();
+            if errors > 0 {
+                eprintln!("{errors} measurement(s) failed; see the report");
+                return Ok(ExitCode::FAILURE);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::List { scenario_dir } => {
+            let dir = scenario_dir.unwrap_or_else(scenario::default_dir);
+            for name in scenario::list(&dir)? {
+                match scenario::load(&dir, &name) {
+                    Ok(s) => println!(
+                        "{name:<28} {:<9} {:<40} {}",
+                        format!("{:?}", s.entry).to_lowercase(),
+                        s.impls.keys().cloned().collect::<Vec<_>>().join(","),
+                        s.description
+                    ),
+                    Err(e) => println!("{name:<28} ERROR {e:#}"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Receiver { listen } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(async {
+                let l = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("binding {listen}"))?;
+                println!("receiver listening on {}", l.local_addr()?);
+                receiver::serve(l, receiver::Reports::default(), true).await;
+                Ok::<_, anyhow::Error>(())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Loadgen {
+            connect,
+            socks_dest,
+            amount,
+            concurrency,
+            reverse,
+            latency,
+            ttfb_count,
+            rr_count,
+            rr_size,
+            stall,
+        } => {
+            let target = Target {
+                connect,
+                socks_dest,
+            };
+            let stall = Duration::from_secs_f64(stall);
+            let rt = tokio::runtime::Runtime::new()?;
+            if latency {
+                let t = rt.block_on(loadgen::ttfb(&target, ttfb_count, stall))?;
+                let r = rt.block_on(loadgen::round_trips(&target, rr_size, rr_count, stall))?;
+                println!(
+                    "time to first byte ({} samples): p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms",
+                    t.samples, t.p50_ms, t.p90_ms, t.p99_ms
+                );
+                println!(
+                    "round trip, {rr_size} B ({} samples): p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms",
+                    r.samples, r.p50_ms, r.p90_ms, r.p99_ms
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            let t = rt.block_on(loadgen::bulk(
+                &target,
+                &BulkOpts {
+                    amount: wire::parse_size(&amount)?,
+                    concurrency,
+                    reverse,
+                    stall,
+                },
+            ))?;
+            println!(
+                "{} bytes verified in {:.6} s over {concurrency} connection(s): {:.1} MB/s ({:.2} Gbit/s)",
+                t.bytes,
+                t.secs,
+                t.mb_per_s(),
+                t.mb_per_s() * 8.0 / 1000.0
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,705 @@
+//! `ferry-lab run`: for each scenario and implementation, start the chain's processes on free
+//! loopback ports, move verified bytes through it, sample the proxies' CPU and memory, stop
+//! everything, and record one row per measurement.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::loadgen::{self, BulkOpts, Target};
+use crate::procs::{self, ProcSet};
+use crate::receiver;
+use crate::report::{Row, Status};
+use crate::scenario::{self, Entry, Scenario};
+
+/// Every implementation the lab knows, in report order.
+pub const ALL_IMPLS: &[&str] = &[
+    "ferry", "xray", "sing-box", "v2ray", "ss-rust", "ss-libev", "trojan",
+];
+
+/// What to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Test {
+    /// loadgen sends, receiver acknowledges (client -> server direction).
+    Throughput,
+    /// receiver sends, loadgen counts (server -> client direction).
+    Reverse,
+    /// Time to first byte through the chain and small-message round trips.
+    Latency,
+    /// RSS per held idle connection (the memory scenario; alias `memory`).
+    #[value(alias = "memory")]
+    Idle,
+}
+
+impl Test {
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::Throughput => "throughput",
+            Test::Reverse => "reverse",
+            Test::Latency => "latency",
+            Test::Idle => "idle",
+        }
+    }
+}
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct RunOpts {
+    pub scenarios: Vec<String>,
+    pub impls: Vec<String>,
+    pub streams: Vec<usize>,
+    /// Bytes per throughput measurement, split evenly over its connections.
+    pub amount: u64,
+    pub runs: usize,
+    pub out: PathBuf,
+    pub tests: Vec<Test>,
+    pub idle: Vec<usize>,
+    pub baseline: Option<String>,
+    /// The ferry binary; None builds `cargo build --release -p ferry`.
+    pub ferry_bin: Option<PathBuf>,
+    pub scenario_dir: PathBuf,
+    pub peers_dir: PathBuf,
+    /// A transfer with no progress for this long fails (lost bytes show up as a stall).
+    pub stall: Duration,
+    pub ttfb_count: usize,
+    pub rr_count: usize,
+    pub rr_size: usize,
+    /// Write charts (PNG).
+    pub charts: bool,
+}
+
+/// The folder scripts/peers.sh installs into.
+pub fn peers_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("FERRY_PEERS") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache")
+        });
+    cache.join("ferry/peers/bin")
+}
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Builds ferry in release mode and returns the binary path.
+pub fn build_ferry() -> Result<PathBuf> {
+    let root = workspace_root();
+    eprintln!("building ferry: cargo build --release -p ferry");
+    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "-p", "ferry"])
+        .current_dir(&root)
+        .status()
+        .context("running cargo")?;
+    if !st.success() {
+        bail!("cargo build --release -p ferry failed");
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    Ok(target.join("release/ferry"))
+}
+
+/// One planned measurement.
+#[derive(Clone, Debug)]
+struct Job {
+    scenario: String,
+    imp: String,
+    test: Test,
+    /// Connections (throughput/reverse), idle connections (idle), 1 (latency).
+    param: usize,
+    run: usize,
+}
+
+/// Per-run shared state.
+struct Ctx<'a> {
+    o: &'a RunOpts,
+    rt: tokio::runtime::Runtime,
+    cert: Option<Cert>,
+    ferry_bin: Option<PathBuf>,
+    nofile: u64,
+}
+
+/// Runs everything and writes the reports; returns the rows.
+pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
+    // Processes run in their own folders: every path handed to them must be absolute.
+    let mut abs = o.clone();
+    abs.out = std::path::absolute(&o.out)?;
+    abs.scenario_dir = std::path::absolute(&o.scenario_dir)?;
+    abs.peers_dir = std::path::absolute(&o.peers_dir)?;
+    let o = &abs;
+    std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;
+    let nofile = crate::sys::raise_nofile();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut scns: Vec<Scenario> = Vec::new();
+    for name in &o.scenarios {
+        match scenario::load(&o.scenario_dir, name) {
+            Ok(s) => scns.push(s),
+            Err(e) => rows.push(Row::failed(
+                name,
+                "-",
+                "-",
+                0,
+                0,
+                Status::Error,
+                format!("{e:#}"),
+            )),
+        }
+    }
+    let mut jobs = Vec::new();
+    for s in &scns {
+        let impls: Vec<String> = if s.entry == Entry::Direct {
+            vec!["loopback".to_string()]
+        } else {
+            o.impls
+                .iter()
+                .filter(|i| s.impls.contains_key(i.as_str()))
+                .cloned()
+                .collect()
+        };
+        for i in &o.impls {
+            if s.entry != Entry::Direct && !s.impls.contains_key(i.as_str()) {
+                rows.push(Row::failed(
+                    &s.name,
+                    i,
+                    "-",
+                    0,
+                    0,
+                    Status::Skipped,
+                    format!("{i} has no template for {}", s.name),
+                ));
+            }
+        }
+        for imp in &impls {
+            for t in &o.tests {
+                let params: Vec<usize> = match t {
+                    Test::Throughput | Test::Reverse => o.streams.clone(),
+                    Test::Latency => vec![1],
+                    Test::Idle => o.idle.clone(),
+                };
+                for p in params {
+                    for r in 1..=o.runs {
+                        jobs.push(Job {
+                            scenario: s.name.clone(),
+                            imp: imp.clone(),
+                            test: *t,
+                            param: p,
+                            run: r,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let needs_ferry = jobs.iter().any(|j| j.imp == "ferry");
+    let ferry_bin = match (&o.ferry_bin, needs_ferry) {
+        (Some(p), _) => Some(
+            std::fs::canonicalize(p).with_context(|| format!("ferry binary {}", p.display()))?,
+        ),
+        (None, true) => Some(build_ferry()?),
+        (None, false) => None,
+    };
+    let work = o.out.join("work");
+    std::fs::create_dir_all(&work)?;
+    let cert = if scns.iter().any(|s| s.tls) {
+        Some(make_cert(&work)?)
+    } else {
+        None
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let ctx = Ctx {
+        o,
+        rt,
+        cert,
+        ferry_bin,
+        nofile,
+    };
+    // Ferry's support for each scenario, checked once with `ferry test -c`.
+    let mut ferry_support: BTreeMap<String, Result<(), (Status, String)>> = BTreeMap::new();
+    let total = jobs.len();
+    for (n, job) in jobs.iter().enumerate() {
+        let Some(s) = scns.iter().find(|s| s.name == job.scenario) else {
+            continue;
+        };
+        let label = format!(
+            "[{}/{total}] {} {} {} {} run {}/{}",
+            n + 1,
+            job.scenario,
+            job.imp,
+            job.test.name(),
+            param_label(job.test, job.param),
+            job.run,
+            o.runs
+        );
+        eprint!("{label} ... ");
+        let t0 = Instant::now();
+        let pre = if job.imp == "ferry" {
+            ferry_support
+                .entry(s.name.clone())
+                .or_insert_with(|| ctx.ferry_check(s))
+                .clone()
+        } else {
+            Ok(())
+        };
+        let row = match pre {
+            Err((st, msg)) => Row::failed(
+                &job.scenario,
+                &job.imp,
+                job.test.name(),
+                job.param,
+                job.run,
+                st,
+                msg,
+            ),
+            Ok(()) => ctx.measure(s, job),
+        };
+        eprintln!("{} ({:.1}s)", row.summary(), t0.elapsed().as_secs_f64());
+        rows.push(row);
+        crate::report::write_json(&o.out, o, &rows)?;
+    }
+    crate::report::write_all(&o.out, o, &rows)?;
+    Ok(rows)
+}
+
+fn param_label(t: Test, p: usize) -> String {
+    match t {
+        Test::Throughput | Test::Reverse => format!("x{p}"),
+        Test::Idle => format!("{p} conns"),
+        Test::Latency => String::new(),
+    }
+}
+
+/// The self-signed certificate of a run.
+#[derive(Clone, Debug)]
+struct Cert {
+    cert: PathBuf,
+    key: PathBuf,
+    sha256: String,
+}
+
+const SERVER_NAME: &str = "lab.ferry.test";
+
+fn make_cert(dir: &Path) -> Result<Cert> {
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "30", "-subj"])
+        .arg(format!("/CN={SERVER_NAME}"))
+        .arg("-addext")
+        .arg(format!("subjectAltName=DNS:{SERVER_NAME}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .context("running openssl")?;
+    if !out.status.success() {
+        bail!(
+            "openssl req failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let fp = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(&cert)
+        .output()
+        .context("running openssl")?;
+    let text = String::from_utf8_lossy(&fp.stdout);
+    let hex: String = text
+        .split('=')
+        .nth(1)
+        .unwrap_or("")
+        .trim()
+        .replace(':', "")
+        .to_ascii_lowercase();
+    if hex.len() != 64 {
+        bail!("could not read the certificate fingerprint from {text:?}");
+    }
+    Ok(Cert {
+        cert,
+        key,
+        sha256: hex,
+    })
+}
+
+/// Values every template may use, besides ports.
+pub fn base_vars(
+    s: &Scenario,
+    dir: &Path,
+    cert: Option<(&Path, &Path, &str)>,
+) -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    v.insert("uuid".into(), "b831381d-6324-4d53-ad4f-8cda48b30811".into());
+    v.insert("password".into(), "ferry-lab-password".into());
+    // 16- and 32-byte keys, base64, for Shadowsocks 2022.
+    v.insert("psk16".into(), "ZmVycnktbGFiLWtleS0xNg==".into());
+    v.insert(
+        "psk32".into(),
+        "ZmVycnktbGFiLWtleS0zMi1ieXRlcy1sb25nLTEyMzQ=".into(),
+    );
+    v.insert("server_name".into(), SERVER_NAME.into());
+    v.insert("ws_path".into(), "/lab-ws".into());
+    v.insert("dir".into(), dir.display().to_string());
+    if let Some((c, k, sha)) = cert {
+        v.insert("cert".into(), c.display().to_string());
+        v.insert("key".into(), k.display().to_string());
+        v.insert("cert_sha256".into(), sha.to_string());
+    }
+    for (k, val) in &s.vars {
+        v.insert(k.clone(), val.clone());
+    }
+    v
+}
+
+/// A started chain.
+struct Chain {
+    procs: ProcSet,
+    target: Target,
+}
+
+impl Ctx<'_> {
+    fn bin(&self, name: &str) -> Result<PathBuf> {
+        if name == "ferry" {
+            return self
+                .ferry_bin
+                .clone()
+                .ok_or_else(|| anyhow!("no ferry binary"));
+        }
+        let p = self.o.peers_dir.join(name);
+        if !p.exists() {
+            bail!(
+                "peer {name} is not installed at {} (run scripts/peers.sh)",
+                p.display()
+            );
+        }
+        Ok(p)
+    }
+
+    fn cert_vars(&self) -> Option<(&Path, &Path, &str)> {
+        self.cert
+            .as_ref()
+            .map(|c| (c.cert.as_path(), c.key.as_path(), c.sha256.as_str()))
+    }
+
+    /// Renders every config of `imp` into `dir`; returns (process, bin, args, config path, listen ports).
+    #[allow(clippy::type_complexity)]
+    fn render(
+        &self,
+        s: &Scenario,
+        imp: &str,
+        dir: &Path,
+        target_port: u16,
+    ) -> Result<(
+        Vec<(String, PathBuf, Vec<String>, Vec<u16>)>,
+        BTreeMap<String, String>,
+    )> {
+        let procs = s
+            .processes(imp)
+            .ok_or_else(|| anyhow!("{imp} has no template for {}", s.name))?;
+        let mut vars = base_vars(s, dir, self.cert_vars());
+        vars.insert("target_port".into(), target_port.to_string());
+        let mut texts = Vec::new();
+        for p in &procs {
+            let t = s.template_text(&self.o.scenario_dir, p)?;
+            let mut names: Vec<String> = p
+                .args
+                .iter()
+                .flat_map(|a| scenario::placeholders(a))
+                .collect();
+            if let Some(t) = &t {
+                names.extend(scenario::placeholders(t));
+            }
+            names.extend(p.listen.iter().cloned());
+            for n in names {
+                if n.ends_with("_port") && !vars.contains_key(&n) {
+                    vars.insert(n, procs::free_port()?.to_string());
+                }
+            }
+            texts.push(t);
+        }
+        let mut out = Vec::new();
+        for (p, t) in procs.iter().zip(texts) {
+            let cfg = dir.join(format!("{}.{}", p.name, p.config_ext()));
+            let mut pv = vars.clone();
+            pv.insert("config".into(), cfg.display().to_string());
+            if let Some(t) = t {
+                let text = scenario::render(&t, &pv)
+                    .with_context(|| format!("{}: {imp}/{}", s.name, p.name))?;
+                if p.config_ext() == "json" {
+                    serde_json::from_str::<serde_json::Value>(&text).with_context(|| {
+                        format!("{}: {imp}/{} renders to invalid JSON", s.name, p.name)
+                    })?;
+                }
+                std::fs::write(&cfg, text)?;
+            }
+            let args = p
+                .args
+                .iter()
+                .map(|a| scenario::render(a, &pv))
+                .collect::<Result<Vec<_>>>()?;
+            let listen = p
+                .listen
+                .iter()
+                .map(|n| {
+                    vars.get(n)
+                        .and_then(|v| v.parse().ok())
+                        .ok_or_else(|| anyhow!("listen port {n} is unknown"))
+                })
+                .collect::<Result<Vec<u16>>>()?;
+            out.push((p.name.clone(), self.bin(&p.bin)?, args, listen));
+        }
+        Ok((out, vars))
+    }
+
+    /// `ferry test -c` on each of ferry's configs for `s`.
+    fn ferry_check(&self, s: &Scenario) -> Result<(), (Status, String)> {
+        let dir = self
+            .o
+            .out
+            .join("work")
+            .join(format!("{}-ferry-check", s.name));
+        let _ = std::fs::create_dir_all(&dir);
+        let (procs, _) = self
+            .render(s, "ferry", &dir, 9)
+            .map_err(|e| (Status::Error, format!("{e:#}")))?;
+        for (name, bin, _, _) in procs {
+            if Some(&bin) != self.ferry_bin.as_ref() {
+                continue;
+            }
+            let cfg = dir.join(format!("{name}.json"));
+            let out = Command::new(&bin)
+                .arg("test")
+                .arg("-c")
+                .arg(&cfg)
+                .output()
+                .map_err(|e| (Status::Error, format!("running {}: {e}", bin.display())))?;
+            if !out.status.success() {
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let line = text
+                    .lines()
+                    .find(|l| l.contains("error"))
+                    .unwrap_or(text.trim())
+                    .to_string();
+                if text.contains("not supported yet") {
+                    return Err((Status::NotYet, line));
+                }
+                return Err((Status::Error, format!("ferry test -c {name}: {line}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn start_chain(&self, s: &Scenario, imp: &str, dir: &Path, target_port: u16) -> Result<Chain> {
+        let mut set = ProcSet::default();
+        let mut entry = None;
+        if s.entry != Entry::Direct {
+            let (procs, vars) = self.render(s, imp, dir, target_port)?;
+            for (name, bin, args, listen) in procs {
+                set.spawn(&name, &bin, &args, dir)?;
+                set.wait_listening(&listen, Duration::from_secs(15))?;
+            }
+            entry = Some(
+                vars.get("entry_port")
+                    .and_then(|p| p.parse::<u16>().ok())
+                    .ok_or_else(|| {
+                        anyhow!("{}: no {{{{entry_port}}}} in {imp}'s configs", s.name)
+                    })?,
+            );
+        }
+        let local = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+        let target = match (s.entry, entry) {
+            (Entry::Socks, Some(e)) => Target {
+                connect: local(e),
+                socks_dest: Some(local(target_port)),
+            },
+            (_, Some(e)) => Target {
+                connect: local(e),
+                socks_dest: None,
+            },
+            (_, None) => Target {
+                connect: local(target_port),
+                socks_dest: None,
+            },
+        };
+        Ok(Chain { procs: set, target })
+    }
+
+    fn measure(&self, s: &Scenario, job: &Job) -> Row {
+        let dir = self.o.out.join("work").join(format!(
+            "{}-{}-{}-{}-r{}",
+            job.scenario,
+            job.imp,
+            job.test.name(),
+            job.param,
+            job.run
+        ));
+        let mut row = Row::new(&job.scenario, &job.imp, job.test.name(), job.param, job.run);
+        let res = std::fs::create_dir_all(&dir)
+            .map_err(anyhow::Error::from)
+            .and_then(|_| self.measure_in(s, job, &dir, &mut row));
+        if let Err(e) = res {
+            row.status = Status::Error;
+            row.message = Some(format!("{e:#}"));
+        }
+        row
+    }
+
+    fn measure_in(&self, s: &Scenario, job: &Job, dir: &Path, row: &mut Row) -> Result<()> {
+        let o = self.o;
+        if job.test == Test::Idle {
+            // Each proxy holds two sockets per connection; this process holds two as well.
+            let need = job.param as u64 * 2 + 200;
+            if need > self.nofile {
+                bail!(
+                    "{} idle connections need about {need} open files per process; the limit here is {}",
+                    job.param,
+                    self.nofile
+                );
+            }
+        }
+        let (target_port, reports, recv_task) = self.rt.block_on(receiver::start(0))?;
+        let _stop_receiver = AbortOnDrop(recv_task);
+        let mut chain = self.start_chain(s, &job.imp, dir, target_port)?;
+        let target = chain.target.clone();
+        // A small verified transfer first: proves the chain works before anything is timed.
+        self.rt
+            .block_on(loadgen::bulk(
+                &target,
+                &BulkOpts {
+                    amount: 1 << 20,
+                    concurrency: 1,
+                    reverse: false,
+                    stall: o.stall,
+                },
+            ))
+            .context("warm-up transfer")?;
+        let before = chain.procs.usage();
+        match job.test {
+            Test::Throughput | Test::Reverse => {
+                let per = (o.amount / job.param as u64).max(1);
+                let t = self.rt.block_on(loadgen::bulk(
+                    &target,
+                    &BulkOpts {
+                        amount: per,
+                        concurrency: job.param,
+                        reverse: job.test == Test::Reverse,
+                        stall: o.stall,
+                    },
+                ))?;
+                let after = chain.procs.usage();
+                chain.procs.check_alive()?;
+                row.bytes = t.bytes;
+                row.secs = t.secs;
+                row.mb_per_s = t.mb_per_s();
+                row.gbit_per_s = t.mb_per_s() * 8.0 / 1000.0;
+                row.cpu_secs = after.cpu_secs - before.cpu_secs;
+                row.cpu_secs_per_gb = if t.bytes > 0 {
+                    row.cpu_secs / (t.bytes as f64 / 1e9)
+                } else {
+                    0.0
+                };
+                row.peak_rss_kb = after.hwm_kb;
+                self.check_receiver(&reports, job, per)?;
+            }
+            Test::Latency => {
+                let timeout = o.stall;
+                let ttfb = self
+                    .rt
+                    .block_on(loadgen::ttfb(&target, o.ttfb_count, timeout))
+                    .context("time to first byte")?;
+                let rtt = self
+                    .rt
+                    .block_on(loadgen::round_trips(
+                        &target, o.rr_size, o.rr_count, timeout,
+                    ))
+                    .context("round trips")?;
+                let after = chain.procs.usage();
+                chain.procs.check_alive()?;
+                row.cpu_secs = after.cpu_secs - before.cpu_secs;
+                row.peak_rss_kb = after.hwm_kb;
+                row.ttfb = Some(ttfb);
+                row.rtt = Some(rtt);
+            }
+            Test::Idle => {
+                std::thread::sleep(Duration::from_millis(300));
+                let base = chain.procs.usage();
+                let held = self
+                    .rt
+                    .block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
+                std::thread::sleep(Duration::from_secs(1));
+                let after = chain.procs.usage();
+                chain.procs.check_alive()?;
+                drop(held);
+                row.idle_rss_kb_before = Some(base.rss_kb);
+                row.idle_rss_kb_after = Some(after.rss_kb);
+                row.rss_bytes_per_conn =
+                    Some((after.rss_kb as f64 - base.rss_kb as f64) * 1024.0 / job.param as f64);
+                row.peak_rss_kb = after.hwm_kb;
+            }
+        }
+        chain.procs.stop_all();
+        row.status = Status::Ok;
+        Ok(())
+    }
+
+    /// The receiver's own counts must agree with what loadgen verified.
+    fn check_receiver(&self, reports: &receiver::Reports, job: &Job, per: u64) -> Result<()> {
+        let want = job.param + 1; // plus the warm-up connection
+        let t0 = Instant::now();
+        let mut seen = Vec::new();
+        while t0.elapsed() < Duration::from_secs(1) {
+            seen.extend(reports.take());
+            if seen.len() >= want {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for r in &seen {
+            if let Some(e) = &r.error {
+                bail!("receiver: {e}");
+            }
+            let expect_mode = if job.test == Test::Reverse {
+                crate::wire::Mode::Download
+            } else {
+                crate::wire::Mode::Upload
+            };
+            if r.mode == Some(expect_mode) && r.bytes != per && r.bytes != 1 << 20 {
+                bail!(
+                    "byte-count mismatch at the receiver: {} bytes on a connection that carried {per}",
+                    r.bytes
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
