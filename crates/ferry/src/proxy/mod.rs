@@ -4,6 +4,7 @@
 pub mod blackhole;
 pub mod dokodemo;
 pub mod freedom;
+pub mod shadowsocks;
 
 use std::io;
 use std::net::SocketAddr;
@@ -127,13 +128,16 @@ pub type OutboundBuilder =
     fn(&Obj<'_>, &OutboundBuild<'_>) -> crate::config::reader::Result<Arc<dyn OutboundHandler>>;
 
 /// Inbound protocols by name (and Xray's aliases).
-pub const INBOUNDS: &[(&[&str], InboundBuilder)] =
-    &[(&["dokodemo-door", "tunnel"], dokodemo::build)];
+pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
+    (&["dokodemo-door", "tunnel"], dokodemo::build),
+    (&["shadowsocks", "ss"], shadowsocks::build_inbound),
+];
 
 /// Outbound protocols by name (and Xray's aliases).
 pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["freedom", "direct"], freedom::build),
     (&["blackhole", "block"], blackhole::build),
+    (&["shadowsocks", "ss"], shadowsocks::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
@@ -141,7 +145,6 @@ pub const KNOWN_ELSEWHERE: &[&str] = &[
     "vless",
     "vmess",
     "trojan",
-    "shadowsocks",
     "socks",
     "http",
     "mixed",
