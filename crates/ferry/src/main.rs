@@ -50,6 +50,18 @@ enum Cmd {
     },
     /// Print the version.
     Version,
+    /// Shadowsocks SIP002 links: print `ss://` links for the users of the shadowsocks inbounds in
+    /// a config (`-c`), or turn a link into an outbound JSON object.
+    Link {
+        /// An `ss://` link to turn into an outbound.
+        link: Option<String>,
+        /// Config whose shadowsocks inbounds' users get links.
+        #[arg(short = 'c', long = "config")]
+        config: Vec<String>,
+        /// Host name clients use to reach the server (default: the inbound's listen address).
+        #[arg(long)]
+        host: Option<String>,
+    },
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
     Uuid {
         #[arg(short = 'i', long = "input")]
@@ -215,6 +227,67 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
     })
 }
 
+fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> Result<ExitCode> {
+    use ferry::proxy::shadowsocks::link::{links_for_inbound, Link};
+    if let Some(l) = link {
+        let out = Link::decode(&l)
+            .and_then(|l| l.to_outbound())
+            .map_err(|e| anyhow!("{e}"))?;
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if config.is_empty() {
+        return Err(anyhow!(
+            "give an ss:// link, or -c CONFIG to print links for its users"
+        ));
+    }
+    let mut docs = Vec::new();
+    for src in &config {
+        let (name, text) = read_source(src)?;
+        docs.push(config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?);
+    }
+    let merged = config::merge(docs);
+    let mut n = 0;
+    for ib in merged
+        .get("inbounds")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let proto = ib.get("protocol").and_then(|v| v.as_str()).unwrap_or("");
+        if !proto.eq_ignore_ascii_case("shadowsocks") {
+            continue;
+        }
+        let port = ib
+            .get("port")
+            .and_then(|v| {
+                v.as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            })
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| anyhow!("a shadowsocks inbound has no single port"))?;
+        let listen = ib
+            .get("listen")
+            .and_then(|v| v.as_str())
+            .unwrap_or("0.0.0.0");
+        let h = host.clone().unwrap_or_else(|| listen.to_string());
+        let settings = ib.get("settings").cloned().unwrap_or_default();
+        for (email, l) in links_for_inbound(&settings, &h, port).map_err(|e| anyhow!("{e}"))? {
+            let who = if email.is_empty() {
+                "(no email)".to_string()
+            } else {
+                email
+            };
+            println!("{who}\t{}", l.encode());
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return Err(anyhow!("no shadowsocks inbound users in the config"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse_from(normalize_args());
     let res = match cli.cmd {
@@ -232,6 +305,7 @@ fn main() -> ExitCode {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Some(Cmd::Link { link, config, host }) => link_cmd(link, config, host),
         Some(Cmd::Uuid { input }) => {
             match input {
                 Some(s) => println!("{}", ferry::common::uuid::from_string(&s)),

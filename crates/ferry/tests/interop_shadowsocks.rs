@@ -560,3 +560,49 @@ fn skewed_2022_request(psk: &str) -> Vec<u8> {
     v.extend_from_slice(&fixed);
     v
 }
+
+// ------------------------------------------------------------------ links
+
+fn ferry_cmd(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn link_from_server_config_reaches_the_server() {
+    let echo = echo_server();
+    let sp = free_port();
+    let settings = format!(
+        r#"{{"method":"2022-blake3-aes-128-gcm","password":"{K16_SERVER}",
+            "clients":[{{"password":"{K16_ALICE}","email":"alice@example.com"}}]}}"#
+    );
+    let server_cfg = format!(
+        r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{sp},"protocol":"shadowsocks","settings":{settings}}}],
+            "outbounds":[{{"protocol":"freedom"}}]}}"#
+    );
+    let dir = tempdir::Dir::new("link");
+    let path = dir.path().join("server.json");
+    std::fs::write(&path, &server_cfg).unwrap();
+    let printed = ferry_cmd(&["link", "-c", path.to_str().unwrap()]);
+    let (email, link) = printed.trim().split_once('\t').unwrap();
+    assert_eq!(email, "alice@example.com");
+    assert!(link.starts_with("ss://2022-blake3-aes-128-gcm:"), "{link}");
+    let outbound = ferry_cmd(&["link", link]);
+    let _s = ferry(&server_cfg, &[sp]);
+    let entry = free_port();
+    let client_cfg = format!(
+        r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{entry},"protocol":"dokodemo-door",
+              "settings":{{"address":"127.0.0.1","port":{}}}}}],"outbounds":[{outbound}]}}"#,
+        echo.port()
+    );
+    let c = ferry(&client_cfg, &[entry]);
+    tcp_echo(entry, SMALL, 13, &[&c]);
+}
