@@ -8,6 +8,7 @@
 pub mod aead;
 pub mod cipher;
 pub mod conn;
+pub mod fuzz;
 pub mod inbound;
 pub mod link;
 pub mod outbound;
