@@ -606,3 +606,34 @@ fn link_from_server_config_reaches_the_server() {
     let c = ferry(&client_cfg, &[entry]);
     tcp_echo(entry, SMALL, 13, &[&c]);
 }
+
+#[test]
+fn users_are_counted_in_stats() {
+    let echo = echo_server();
+    let (sp, mp) = (free_port(), free_port());
+    let m = "2022-blake3-aes-128-gcm";
+    let cfg = format!(
+        r#"{{"stats":{{}},"metrics":{{"listen":"127.0.0.1:{mp}"}},
+        "policy":{{"levels":{{"0":{{"statsUserUplink":true,"statsUserDownlink":true}}}}}},
+        "inbounds":[{{"tag":"ss","listen":"127.0.0.1","port":{sp},"protocol":"shadowsocks","settings":
+          {{"method":"{m}","password":"{K16_SERVER}","clients":[
+            {{"password":"{K16_ALICE}","email":"alice@example.com"}},{{"password":"{K16_BOB}","email":"bob@example.com"}}]}}}}],
+        "outbounds":[{{"protocol":"freedom"}}]}}"#
+    );
+    let f = ferry(&cfg, &[sp, mp]);
+    let lp = free_port();
+    let l = sslocal_tunnel(lp, echo, sp, m, &format!("{K16_SERVER}:{K16_BOB}"));
+    tcp_echo(lp, SMALL, 14, &[&f, &l]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut s = TcpStream::connect(("127.0.0.1", mp)).unwrap();
+    s.write_all(b"GET /debug/vars HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {resp}"));
+    let bob = &v["stats"]["user"]["bob@example.com"];
+    assert!(bob["uplink"].as_u64().unwrap_or(0) >= SMALL as u64, "{v}");
+    assert!(bob["downlink"].as_u64().unwrap_or(0) >= SMALL as u64, "{v}");
+    assert!(v["stats"]["user"].get("alice@example.com").is_none(), "{v}");
+}
