@@ -467,17 +467,29 @@ fn bad_input_is_drained_and_logged() {
     let f2 = ferry_server(p2022, &ss_settings("2022-blake3-aes-128-gcm", K16_ALICE));
     let wait = Duration::from_millis(700);
 
-    // A valid AEAD request, recorded on the wire to replay it.
-    let rec = free_port();
-    let recorder = std::net::TcpListener::bind(("127.0.0.1", rec)).unwrap();
+    // A valid AEAD request, recorded on the wire to replay it (the recorder's port comes from
+    // the kernel, so no other test can race for it).
+    let recorder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rec = recorder.local_addr().unwrap().port();
     let entry = free_port();
     let c = ferry_client(entry, echo, uecho, rec, "aes-128-gcm", "good");
     let mut cli = TcpStream::connect(("127.0.0.1", entry)).unwrap();
     cli.write_all(b"hello").unwrap();
     let (mut up, _) = recorder.accept().unwrap();
     up.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut captured = vec![0u8; 16 + 18 + 7 + 5 + 16];
-    up.read_exact(&mut captured).unwrap();
+    // Salt, length block and at least the address chunk (57 bytes); "hello" may ride along.
+    let mut captured = Vec::new();
+    let mut b = [0u8; 256];
+    while captured.len() < 16 + 18 + 7 + 16 {
+        let n = up.read(&mut b).unwrap();
+        assert!(
+            n > 0,
+            "client closed after {} bytes\n{}",
+            captured.len(),
+            c.output()
+        );
+        captured.extend_from_slice(&b[..n]);
+    }
     drop((cli, up, c));
 
     // Replay it twice: the first is accepted (server dials and forwards), the second drained.

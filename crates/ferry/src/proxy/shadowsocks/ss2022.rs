@@ -29,9 +29,12 @@ pub fn now() -> u64 {
 
 /// Checks a header timestamp against the local clock (±30 s).
 pub fn check_time(t: u64) -> Result<(), Error> {
-    let skew = t as i64 - now() as i64;
-    if skew.abs() > MAX_SKEW {
-        return Err(Error::ClockSkew(skew));
+    // i128: any u64 from the wire must not overflow (found by the fuzzer).
+    let skew = t as i128 - now() as i128;
+    if skew.abs() > MAX_SKEW as i128 {
+        return Err(Error::ClockSkew(
+            skew.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+        ));
     }
     Ok(())
 }
@@ -212,6 +215,8 @@ mod tests {
         assert!(parse_fixed(&h).is_err());
         h[0] = 0;
         h[1..9].copy_from_slice(&(now() - 31).to_be_bytes());
+        assert!(matches!(parse_fixed(&h), Err(Error::ClockSkew(_))));
+        h[1..9].copy_from_slice(&u64::MAX.to_be_bytes());
         assert!(matches!(parse_fixed(&h), Err(Error::ClockSkew(_))));
         // Address, padding 0, no payload.
         assert!(parse_variable(&[1, 1, 2, 3, 4, 0, 80, 0, 0]).is_err());
