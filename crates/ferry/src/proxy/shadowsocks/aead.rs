@@ -55,6 +55,21 @@ pub enum Open {
     },
 }
 
+/// What [`ChunkOpener::open_to`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OpenTo {
+    /// At least this many bytes (counted from the buffer start) are needed.
+    Need(usize),
+    /// `consumed` input bytes used; `written` plaintext bytes are at the start of `dst`
+    /// (zero after a length block).
+    Written { consumed: usize, written: usize },
+    /// The chunk did not fit `dst`: it was opened in place, plaintext at `plain` in the input.
+    InPlace {
+        consumed: usize,
+        plain: Range<usize>,
+    },
+}
+
 /// Checks the first length block of a 2022 response (header bytes before the BE16 length).
 pub type FirstCheck = Box<dyn FnMut(&[u8]) -> Result<(), Error> + Send>;
 
@@ -141,6 +156,36 @@ impl ChunkOpener {
     }
 }
 
+impl ChunkOpener {
+    /// Like [`ChunkOpener::open`], but a payload that fits `dst` is decrypted straight into it
+    /// (no copy afterwards); a larger one is opened in place.
+    pub fn open_to(&mut self, buf: &mut [u8], dst: &mut [u8]) -> Result<OpenTo, Error> {
+        let Some(len) = self.pending else {
+            return Ok(match self.open(buf)? {
+                Open::Need(n) => OpenTo::Need(n),
+                Open::Data { consumed, plain } => OpenTo::InPlace { consumed, plain },
+            });
+        };
+        if dst.len() < len {
+            return Ok(match self.open(buf)? {
+                Open::Need(n) => OpenTo::Need(n),
+                Open::Data { consumed, plain } => OpenTo::InPlace { consumed, plain },
+            });
+        }
+        let Some(block) = buf.get(..len + TAG_LEN) else {
+            return Ok(OpenTo::Need(len + TAG_LEN));
+        };
+        let r = self.cipher.open_to(self.nonce.get(), block, dst);
+        self.nonce.increment();
+        r?;
+        self.pending = None;
+        Ok(OpenTo::Written {
+            consumed: len + TAG_LEN,
+            written: len,
+        })
+    }
+}
+
 /// Encrypts chunks into an output buffer.
 pub struct ChunkSealer {
     cipher: AeadCipher,
@@ -191,6 +236,36 @@ impl ChunkSealer {
         self.cipher.seal_with_tag(self.nonce.get(), &mut out[at..]);
         self.nonce.increment();
         self.seal_block(&payload[..n], out);
+    }
+
+    /// Bytes [`ChunkSealer::seal_chunk_to`] writes for a payload of `n` bytes.
+    pub fn sealed_len(&self, n: usize) -> usize {
+        self.first_prefix.as_ref().map_or(0, |p| p.len()) + LEN_BLOCK + n.min(self.max) + TAG_LEN
+    }
+
+    /// Seals one chunk (`payload.len() <= max`) into the start of `out`, which must hold
+    /// [`ChunkSealer::sealed_len`] bytes; returns the bytes written (0 when `out` is too small).
+    pub fn seal_chunk_to(&mut self, payload: &[u8], out: &mut [u8]) -> usize {
+        let n = payload.len().min(self.max);
+        let total = self.sealed_len(n);
+        let Some(out) = out.get_mut(..total) else {
+            return 0;
+        };
+        let mut lb = 0;
+        if let Some(p) = self.first_prefix.take() {
+            out[..p.len()].copy_from_slice(&p);
+            lb = p.len();
+        }
+        out[lb..lb + 2].copy_from_slice(&(n as u16).to_be_bytes());
+        lb += LEN_BLOCK;
+        self.cipher.seal_with_tag(self.nonce.get(), &mut out[..lb]);
+        self.nonce.increment();
+        // Cannot fail: `out` was sized above.
+        let _ = self
+            .cipher
+            .seal_to(self.nonce.get(), &payload[..n], &mut out[lb..]);
+        self.nonce.increment();
+        total
     }
 
     /// Seals all of `data` as chunks of at most `max` bytes.
@@ -252,6 +327,58 @@ mod tests {
         wire[30] ^= 0x80;
         assert!(matches!(o.open(&mut wire), Ok(Open::Data { .. })));
         assert_eq!(o.open(&mut wire[LEN_BLOCK..]), Err(Error::Auth));
+    }
+
+    #[test]
+    fn slice_api_matches_vec_api() {
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13) as u8).collect();
+        let (mut a, _) = pair(AEAD_MAX_CHUNK);
+        let (mut b, mut o) = pair(AEAD_MAX_CHUNK);
+        let mut wire = Vec::new();
+        a.seal_all(&data, &mut wire);
+        let mut wire2 = vec![0u8; wire.len()];
+        let mut at = 0;
+        for c in data.chunks(AEAD_MAX_CHUNK) {
+            assert_eq!(b.seal_chunk_to(c, &mut [0u8; 10]), 0);
+            at += b.seal_chunk_to(c, &mut wire2[at..]);
+        }
+        assert_eq!(at, wire.len());
+        assert_eq!(wire, wire2);
+        // open_to: straight into a large destination, in place into a small one.
+        let mut out = Vec::new();
+        let mut dst = vec![0u8; 20_000];
+        let (mut start, mut small) = (0, false);
+        while start < wire.len() {
+            let d = if small { &mut dst[..100] } else { &mut dst[..] };
+            match o.open_to(&mut wire[start..], d).unwrap() {
+                OpenTo::Written { consumed, written } => {
+                    out.extend_from_slice(&dst[..written]);
+                    start += consumed;
+                    small = !small;
+                }
+                OpenTo::InPlace { consumed, plain } => {
+                    out.extend_from_slice(&wire[start + plain.start..start + plain.end]);
+                    start += consumed;
+                    if !plain.is_empty() {
+                        small = !small;
+                    }
+                }
+                OpenTo::Need(_) => unreachable!(),
+            }
+        }
+        assert_eq!(out, data);
+        let (mut s, mut o) = pair(AEAD_MAX_CHUNK);
+        let mut wire = Vec::new();
+        s.seal_chunk(b"hello", &mut wire);
+        wire[LEN_BLOCK + 1] ^= 1;
+        assert!(matches!(
+            o.open_to(&mut wire, &mut dst),
+            Ok(OpenTo::InPlace { .. })
+        ));
+        assert_eq!(
+            o.open_to(&mut wire[LEN_BLOCK..], &mut dst),
+            Err(Error::Auth)
+        );
     }
 
     #[test]

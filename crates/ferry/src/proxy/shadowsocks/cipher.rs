@@ -385,6 +385,46 @@ impl AeadCipher {
         tag.copy_from_slice(&self.seal(nonce, data));
     }
 
+    /// Seals `src` into `dst[..src.len() + 16]` (ciphertext || tag), leaving `src` alone.
+    pub fn seal_to(&self, nonce: &[u8], src: &[u8], dst: &mut [u8]) -> Result<(), AuthError> {
+        let out = dst.get_mut(..src.len() + TAG_LEN).ok_or(AuthError)?;
+        match self {
+            // aws-lc's scatter path is as fast as in place for AES-GCM (and saves the copy),
+            // but several times slower for ChaCha20-Poly1305 (measured: 0.4 vs 1.9 GB/s).
+            AeadCipher::Aws(k) if k.algorithm() != &awsaead::CHACHA20_POLY1305 => {
+                let n = awsaead::Nonce::try_assume_unique_for_key(nonce).map_err(|_| AuthError)?;
+                k.seal_in_place_scatter(n, Aad::empty(), &mut [], src, out)
+                    .map_err(|_| AuthError)
+            }
+            AeadCipher::Aws(_) | AeadCipher::XChaCha(_) => {
+                out[..src.len()].copy_from_slice(src);
+                self.seal_with_tag(nonce, out);
+                Ok(())
+            }
+        }
+    }
+
+    /// Opens `src` = ciphertext || tag into `dst[..src.len() - 16]`, leaving `src` alone.
+    pub fn open_to(&self, nonce: &[u8], src: &[u8], dst: &mut [u8]) -> Result<(), AuthError> {
+        let split = src.len().checked_sub(TAG_LEN).ok_or(AuthError)?;
+        let (ct, tag) = src.split_at(split);
+        let out = dst.get_mut(..split).ok_or(AuthError)?;
+        match self {
+            AeadCipher::Aws(k) => {
+                let n = awsaead::Nonce::try_assume_unique_for_key(nonce).map_err(|_| AuthError)?;
+                k.open_separate_gather(n, Aad::empty(), ct, tag, out)
+                    .map_err(|_| AuthError)
+            }
+            AeadCipher::XChaCha(c) => {
+                let n = <&chacha20poly1305::XNonce>::try_from(nonce).map_err(|_| AuthError)?;
+                let t = <&chacha20poly1305::Tag>::try_from(tag).map_err(|_| AuthError)?;
+                out.copy_from_slice(ct);
+                c.decrypt_inout_detached(n, &[], out.into(), t)
+                    .map_err(|_| AuthError)
+            }
+        }
+    }
+
     /// Opens `buf` = ciphertext || tag in place; on success the plaintext is `buf[..len - 16]`.
     pub fn open(&self, nonce: &[u8], buf: &mut [u8]) -> Result<(), AuthError> {
         let split = buf.len().checked_sub(TAG_LEN).ok_or(AuthError)?;
@@ -554,6 +594,35 @@ mod tests {
             c.open(n.get(), &mut buf).unwrap();
             assert_eq!(&buf[..11], b"hello world");
             assert_eq!(c.open(n.get(), &mut [0u8; 3]), Err(AuthError));
+        }
+    }
+
+    #[test]
+    fn out_of_place_matches_in_place() {
+        for alg in [
+            AeadAlg::Aes128Gcm,
+            AeadAlg::Aes256Gcm,
+            AeadAlg::ChaCha20Poly1305,
+            AeadAlg::XChaCha20Poly1305,
+        ] {
+            let klen = if alg == AeadAlg::Aes128Gcm { 16 } else { 32 };
+            let c = AeadCipher::new(alg, &vec![5u8; klen]).unwrap();
+            let nonce = [3u8; 24];
+            let n = &nonce[..alg.nonce_len()];
+            let msg: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+            let mut inplace = msg.clone();
+            inplace.extend_from_slice(&[0u8; 16]);
+            c.seal_with_tag(n, &mut inplace);
+            let mut sealed = vec![0u8; msg.len() + 40];
+            c.seal_to(n, &msg, &mut sealed).unwrap();
+            assert_eq!(&sealed[..inplace.len()], &inplace[..], "{alg:?}");
+            assert!(c.seal_to(n, &msg, &mut [0u8; 100]).is_err());
+            let mut plain = vec![0u8; msg.len()];
+            c.open_to(n, &inplace, &mut plain).unwrap();
+            assert_eq!(plain, msg);
+            inplace[7] ^= 1;
+            assert_eq!(c.open_to(n, &inplace, &mut plain), Err(AuthError));
+            assert_eq!(c.open_to(n, &inplace, &mut [0u8; 10]), Err(AuthError));
         }
     }
 

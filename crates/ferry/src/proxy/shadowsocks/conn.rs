@@ -1,6 +1,12 @@
-//! The Shadowsocks TCP stream after the header: decrypts whole chunks in place as they arrive and
-//! encrypts writes into one output buffer (length block and payload leave in the same write).
-//! The relay copies through it; it never peels (it always transforms bytes).
+//! The Shadowsocks TCP stream after the header.
+//!
+//! Reading: ciphertext is read in large batches into a pooled buffer (several chunks per read
+//! syscall); each chunk that fits the caller's buffer is decrypted straight into it (no copy
+//! afterwards), a larger one in place and copied out. Writing: each write is sealed, length
+//! blocks and payloads together, into one pooled output buffer that leaves in one write
+//! syscall (AES-GCM encrypts out of place, so the plaintext is read once). Both buffers go back
+//! to the per-thread pool whenever they are empty, so an idle connection holds none.
+//! The relay copies through this stream; it never peels (it always transforms bytes).
 
 use std::io;
 use std::pin::Pin;
@@ -11,15 +17,18 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::aead::{ChunkOpener, ChunkSealer, Error, Open};
+use super::aead::{ChunkOpener, ChunkSealer, Error, OpenTo};
 use super::ss2022;
 use super::stream_cipher::StreamCrypt;
+use crate::relay::pool;
 use crate::transport::{BoxStream, Stream};
 
 /// How long a client waits for the first payload before sending its header alone (as Xray).
 pub const FIRST_PAYLOAD_WAIT: Duration = Duration::from_millis(100);
 /// Plaintext sealed per `poll_write` at most.
-const WRITE_MAX: usize = 64 * 1024;
+const WRITE_MAX: usize = 128 * 1024;
+/// Pooled output buffer: a full write plus its framing (and a request header) fits.
+const OUT_CAP: usize = WRITE_MAX + 4 * 1024;
 
 /// The decrypting half of a connection.
 pub enum Opener {
@@ -29,20 +38,89 @@ pub enum Opener {
 }
 
 impl Opener {
-    fn open(&mut self, buf: &mut [u8]) -> Result<Open, Error> {
+    /// Decrypts the next unit at the start of `buf` into `dst` (non-empty), or in place when an
+    /// AEAD chunk does not fit it.
+    fn open_to(&mut self, buf: &mut [u8], dst: &mut [u8]) -> Result<OpenTo, Error> {
         match self {
-            Opener::Aead(o) => o.open(buf),
+            Opener::Aead(o) => o.open_to(buf, dst),
             Opener::Plain | Opener::Stream(_) => {
                 if buf.is_empty() {
-                    return Ok(Open::Need(1));
+                    return Ok(OpenTo::Need(1));
                 }
+                let n = buf.len().min(dst.len());
+                dst[..n].copy_from_slice(&buf[..n]);
                 if let Opener::Stream(s) = self {
-                    s.apply(buf);
+                    s.apply(&mut dst[..n]);
                 }
-                Ok(Open::Data {
-                    consumed: buf.len(),
-                    plain: 0..buf.len(),
+                Ok(OpenTo::Written {
+                    consumed: n,
+                    written: n,
                 })
+            }
+        }
+    }
+}
+
+/// Sealed bytes waiting for the socket, in a pooled buffer that stays initialised (sealing
+/// never zeroes it again).
+#[derive(Default)]
+pub struct OutBuf {
+    buf: Option<Box<[u8]>>,
+    len: usize,
+    pos: usize,
+}
+
+impl OutBuf {
+    /// `n` writable bytes after the pending ones; [`OutBuf::commit`] what was used.
+    pub fn room(&mut self, n: usize) -> &mut [u8] {
+        let need = self.len + n;
+        if self.buf.as_ref().map_or(0, |b| b.len()) < need {
+            let mut nb = if need <= OUT_CAP {
+                pool::take(OUT_CAP)
+            } else {
+                vec![0u8; need].into_boxed_slice()
+            };
+            if let Some(old) = self.buf.take() {
+                nb[..self.len].copy_from_slice(&old[..self.len]);
+                if old.len() == OUT_CAP {
+                    pool::put(old);
+                }
+            }
+            self.buf = Some(nb);
+        }
+        match self.buf.as_mut() {
+            Some(b) => &mut b[self.len..need],
+            None => &mut [],
+        }
+    }
+
+    pub fn commit(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    pub fn push(&mut self, data: &[u8]) {
+        self.room(data.len()).copy_from_slice(data);
+        self.commit(data.len());
+    }
+
+    fn pending(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => &b[self.pos..self.len],
+            None => &[],
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pos == self.len
+    }
+
+    /// Everything was written: hand the buffer back to the pool.
+    fn release(&mut self) {
+        self.len = 0;
+        self.pos = 0;
+        if let Some(b) = self.buf.take() {
+            if b.len() == OUT_CAP {
+                pool::put(b);
             }
         }
     }
@@ -65,14 +143,20 @@ impl Sealer {
     }
 
     /// Appends the encryption of all of `data`.
-    pub fn seal(&mut self, data: &[u8], out: &mut Vec<u8>) {
+    pub fn seal(&mut self, data: &[u8], out: &mut OutBuf) {
         match self {
-            Sealer::Aead(s) => s.seal_all(data, out),
-            Sealer::Plain => out.extend_from_slice(data),
+            Sealer::Aead(s) => {
+                for c in data.chunks(s.max_chunk().max(1)) {
+                    let w = s.seal_chunk_to(c, out.room(s.sealed_len(c.len())));
+                    out.commit(w);
+                }
+            }
+            Sealer::Plain => out.push(data),
             Sealer::Stream(c) => {
-                let at = out.len();
-                out.extend_from_slice(data);
-                c.apply(&mut out[at..]);
+                let r = out.room(data.len());
+                r.copy_from_slice(data);
+                c.apply(r);
+                out.commit(data.len());
             }
         }
     }
@@ -113,17 +197,18 @@ pub struct ServerParts {
 pub struct SsStream {
     inner: BoxStream,
     rkey: ReadKey,
-    rbuf: Vec<u8>,
+    /// Ciphertext read ahead (`start..end`), from the pool while it holds bytes.
+    rbuf: Option<Box<[u8]>>,
     rcap: usize,
     start: usize,
     end: usize,
+    /// Plaintext of a chunk opened in place that the caller has not taken yet.
     plain: std::ops::Range<usize>,
     front: Bytes,
     eof: bool,
     sealer: Sealer,
     head: Vec<u8>,
-    out: Vec<u8>,
-    opos: usize,
+    out: OutBuf,
     req: Request,
     timer: Option<Pin<Box<Sleep>>>,
 }
@@ -175,7 +260,7 @@ impl SsStream {
         SsStream {
             inner,
             rkey,
-            rbuf: Vec::new(),
+            rbuf: None,
             rcap,
             start: 0,
             end: 0,
@@ -184,8 +269,7 @@ impl SsStream {
             eof: false,
             sealer,
             head,
-            out: Vec::new(),
-            opos: 0,
+            out: OutBuf::default(),
             req,
             timer: None,
         }
@@ -195,16 +279,31 @@ impl SsStream {
         if data.is_empty() {
             return;
         }
-        self.ensure_buf();
         let n = data.len().min(self.rcap);
-        self.rbuf[..n].copy_from_slice(&data[..n]);
+        self.rbuf_mut()[..n].copy_from_slice(&data[..n]);
         self.end = n;
     }
 
-    fn ensure_buf(&mut self) {
-        if self.rbuf.len() != self.rcap {
-            self.rbuf = vec![0u8; self.rcap];
+    /// The read buffer, taken from the pool if none is held.
+    fn rbuf_mut(&mut self) -> &mut [u8] {
+        let cap = self.rcap;
+        self.rbuf.get_or_insert_with(|| pool::take(cap))
+    }
+
+    /// Gives the read buffer back when it holds nothing (idle connections keep no buffer).
+    fn release_rbuf(&mut self) {
+        if self.start == self.end && self.plain.is_empty() {
+            self.start = 0;
+            self.end = 0;
+            if let Some(b) = self.rbuf.take() {
+                pool::put(b);
+            }
         }
+    }
+
+    /// Whether the connection currently holds pooled buffers (for tests).
+    pub fn holds_buffers(&self) -> bool {
+        self.rbuf.is_some() || self.out.buf.is_some()
     }
 
     /// Puts plaintext back in front of the stream (bytes read past a parsed address).
@@ -217,10 +316,17 @@ impl SsStream {
         self.front = v.into();
     }
 
+    fn push_head(&mut self) {
+        if !self.head.is_empty() {
+            let head = std::mem::take(&mut self.head);
+            self.out.push(&head);
+        }
+    }
+
     /// Seals the pending client request with as much of `payload` as fits; returns bytes taken.
     fn emit_request(&mut self, payload: &[u8]) -> usize {
         let req = std::mem::replace(&mut self.req, Request::Sent);
-        self.out.append(&mut self.head);
+        self.push_head();
         match req {
             Request::Sent => {
                 self.sealer.seal(payload, &mut self.out);
@@ -235,23 +341,27 @@ impl SsStream {
                 k
             }
             Request::Ss2022(addr) => match &mut self.sealer {
-                Sealer::Aead(s) => ss2022::seal_request(s, &addr, payload, &mut self.out),
+                Sealer::Aead(s) => {
+                    let mut v = Vec::new();
+                    let k = ss2022::seal_request(s, &addr, payload, &mut v);
+                    self.out.push(&v);
+                    k
+                }
                 _ => 0,
             },
         }
     }
 
-    /// Writes buffered output to the inner stream.
+    /// Writes buffered output to the inner stream, then releases the output buffer.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.opos < self.out.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out[self.opos..]))?;
+        while !self.out.is_empty() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, self.out.pending()))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.opos += n;
+            self.out.pos += n;
         }
-        self.out.clear();
-        self.opos = 0;
+        self.out.release();
         Poll::Ready(Ok(()))
     }
 
@@ -283,10 +393,13 @@ impl AsyncRead for SsStream {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         me.poll_request_timer(cx)?;
-        if me.opos < me.out.len() {
+        if !me.out.is_empty() {
             if let Poll::Ready(Err(e)) = me.poll_drain(cx) {
                 return Poll::Ready(Err(e));
             }
+        }
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
         }
         if !me.front.is_empty() {
             let n = me.front.len().min(buf.remaining());
@@ -294,13 +407,14 @@ impl AsyncRead for SsStream {
             me.front.advance(n);
             return Poll::Ready(Ok(()));
         }
-        let mut delivered = false;
+        let before = buf.filled().len();
         loop {
             if !me.plain.is_empty() {
                 let n = me.plain.len().min(buf.remaining());
-                buf.put_slice(&me.rbuf[me.plain.start..me.plain.start + n]);
+                if let Some(rb) = &me.rbuf {
+                    buf.put_slice(&rb[me.plain.start..me.plain.start + n]);
+                }
                 me.plain.start += n;
-                delivered = true;
                 if buf.remaining() == 0 {
                     return Poll::Ready(Ok(()));
                 }
@@ -315,29 +429,43 @@ impl AsyncRead for SsStream {
                         else {
                             continue;
                         };
-                        me.rkey = ReadKey::Ready(f(&me.rbuf[me.start..me.start + n])?);
+                        let (s, e) = (me.start, me.start + n);
+                        let salt = me.rbuf.as_deref().and_then(|b| b.get(s..e)).unwrap_or(&[]);
+                        me.rkey = ReadKey::Ready(f(salt)?);
                         me.start += n;
                         continue;
                     }
                     n
                 }
-                ReadKey::Ready(op) => match op.open(&mut me.rbuf[me.start..me.end]) {
-                    Ok(Open::Data { consumed, plain }) => {
-                        me.plain = me.start + plain.start..me.start + plain.end;
-                        me.start += consumed;
-                        if delivered && me.plain.len() > buf.remaining() {
-                            return Poll::Ready(Ok(()));
+                ReadKey::Ready(op) => {
+                    let avail = match me.rbuf.as_deref_mut() {
+                        Some(b) => &mut b[me.start..me.end],
+                        None => &mut [],
+                    };
+                    match op.open_to(avail, buf.initialize_unfilled()) {
+                        Ok(OpenTo::Written { consumed, written }) => {
+                            me.start += consumed;
+                            buf.advance(written);
+                            if buf.remaining() == 0 {
+                                return Poll::Ready(Ok(()));
+                            }
+                            continue;
                         }
-                        continue;
+                        Ok(OpenTo::InPlace { consumed, plain }) => {
+                            me.plain = me.start + plain.start..me.start + plain.end;
+                            me.start += consumed;
+                            continue;
+                        }
+                        Ok(OpenTo::Need(n)) => n,
+                        Err(e) => {
+                            me.rkey = ReadKey::Failed;
+                            return Poll::Ready(Err(e.into()));
+                        }
                     }
-                    Ok(Open::Need(n)) => n,
-                    Err(e) => {
-                        me.rkey = ReadKey::Failed;
-                        return Poll::Ready(Err(e.into()));
-                    }
-                },
+                }
             };
-            if delivered {
+            if buf.filled().len() > before {
+                me.release_rbuf();
                 return Poll::Ready(Ok(()));
             }
             if me.eof {
@@ -350,25 +478,37 @@ impl AsyncRead for SsStream {
                     ))
                 });
             }
-            me.ensure_buf();
-            if me.start == me.end {
-                me.start = 0;
-                me.end = 0;
-            } else if me.start + need > me.rcap {
-                me.rbuf.copy_within(me.start..me.end, 0);
-                me.end -= me.start;
-                me.start = 0;
-            }
             if need > me.rcap {
                 return Poll::Ready(Err(Error::TooLong(need).into()));
             }
-            let mut rb = ReadBuf::new(&mut me.rbuf[me.end..me.rcap]);
-            ready!(Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
-            let n = rb.filled().len();
-            if n == 0 {
-                me.eof = true;
-            } else {
-                me.end += n;
+            let (start, end, rcap) = (me.start, me.end, me.rcap);
+            let rb = me.rbuf_mut();
+            if start == end {
+                me.start = 0;
+                me.end = 0;
+            } else if start + need > rcap {
+                rb.copy_within(start..end, 0);
+                me.end -= start;
+                me.start = 0;
+            }
+            let end = me.end;
+            let rb = me.rbuf.get_or_insert_with(|| pool::take(rcap));
+            let mut r = ReadBuf::new(&mut rb[end..]);
+            match Pin::new(&mut me.inner).poll_read(cx, &mut r) {
+                Poll::Pending => {
+                    me.release_rbuf();
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {
+                    let n = r.filled().len();
+                    if n == 0 {
+                        me.eof = true;
+                        me.release_rbuf();
+                    } else {
+                        me.end += n;
+                    }
+                }
             }
         }
     }
@@ -387,7 +527,7 @@ impl AsyncWrite for SsStream {
         }
         let take = data.len().min(WRITE_MAX);
         let n = if matches!(me.req, Request::Sent) {
-            me.out.append(&mut me.head);
+            me.push_head();
             me.sealer.seal(&data[..take], &mut me.out);
             take
         } else {

@@ -31,12 +31,13 @@ use crate::config::reader::{Obj, Result};
 use crate::proxy::{InboundBuild, InboundCtx, InboundHandler, User};
 use crate::transport::BoxStream;
 
-/// Read buffer of an AEAD-edition connection: two full chunks.
-pub const AEAD_RBUF: usize = 2 * (LEN_BLOCK + AEAD_MAX_CHUNK + 16);
-/// Read buffer of a 2022 connection: one full chunk and some.
-pub const SS2022_RBUF: usize = LEN_BLOCK + SS2022_MAX_CHUNK + 16 + 16 * 1024;
+/// Read buffer of an AEAD-edition connection: four full chunks per read syscall. Buffers are
+/// pooled and held only while they hold bytes (see `conn.rs`).
+pub const AEAD_RBUF: usize = 4 * (LEN_BLOCK + AEAD_MAX_CHUNK + 16);
+/// Read buffer of a 2022 connection: two full chunks.
+pub const SS2022_RBUF: usize = 2 * (LEN_BLOCK + SS2022_MAX_CHUNK + 16);
 /// Read buffer of a stream-cipher connection.
-pub const STREAM_RBUF: usize = 32 * 1024;
+pub const STREAM_RBUF: usize = 64 * 1024;
 
 pub struct Inbound {
     cfg: ServerConfig,
