@@ -561,3 +561,100 @@ impl Stream for SsStream {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::aead::AEAD_MAX_CHUNK;
+    use super::super::cipher::{AeadAlg, AeadCipher};
+    use super::super::inbound::AEAD_RBUF;
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn opener(k: u8) -> ChunkOpener {
+        ChunkOpener::new(
+            AeadCipher::new(AeadAlg::Aes128Gcm, &[k; 16]).unwrap(),
+            12,
+            AEAD_MAX_CHUNK,
+        )
+    }
+
+    fn sealer(k: u8) -> ChunkSealer {
+        ChunkSealer::new(
+            AeadCipher::new(AeadAlg::Aes128Gcm, &[k; 16]).unwrap(),
+            12,
+            AEAD_MAX_CHUNK,
+        )
+    }
+
+    /// A client and a server stream over a duplex pipe (keys fixed, salts already exchanged).
+    fn pair() -> (SsStream, SsStream) {
+        let (a, b) = tokio::io::duplex(256 * 1024);
+        let client = SsStream::client(
+            Box::new(a),
+            0,
+            Box::new(|_| Ok(Opener::Aead(opener(2)))),
+            Sealer::Aead(sealer(1)),
+            Vec::new(),
+            Request::Address(vec![1, 127, 0, 0, 1, 0, 80]),
+            AEAD_RBUF,
+        );
+        let server = SsStream::server(
+            Box::new(b),
+            ServerParts {
+                opener: Opener::Aead(opener(1)),
+                prefill: Vec::new(),
+                front: Bytes::new(),
+                sealer: Sealer::Aead(sealer(2)),
+                head: Vec::new(),
+                rcap: AEAD_RBUF,
+            },
+        );
+        (client, server)
+    }
+
+    #[tokio::test]
+    async fn bulk_both_ways_then_idle_connections_hold_no_buffers() {
+        let (mut c, mut s) = pair();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 / 7) as u8).collect();
+        // The server reads the 7-byte address first.
+        let mut addr = [0u8; 7];
+        let d2 = data.clone();
+        let w = tokio::spawn(async move {
+            for part in d2.chunks(70_000) {
+                c.write_all(part).await.unwrap();
+            }
+            c.flush().await.unwrap();
+            c
+        });
+        s.read_exact(&mut addr).await.unwrap();
+        assert_eq!(addr, [1, 127, 0, 0, 1, 0, 80]);
+        let mut got = vec![0u8; data.len()];
+        // Odd read sizes: chunks land partly in place, partly straight in the caller's buffer.
+        let mut at = 0;
+        for (i, step) in [100usize, 20_000, 16_383, 50_000, 7].iter().cycle().enumerate() {
+            if at == got.len() {
+                break;
+            }
+            let end = (at + step + i).min(got.len());
+            let n = s.read(&mut got[at..end]).await.unwrap();
+            assert!(n > 0);
+            at += n;
+        }
+        assert_eq!(got, data);
+        let mut c = w.await.unwrap();
+        assert!(!c.holds_buffers(), "client keeps a buffer after its writes left");
+        // Nothing more to read: the read is pending and the server gave its buffers back.
+        let mut one = [0u8; 1];
+        let r = tokio::time::timeout(Duration::from_millis(50), s.read(&mut one)).await;
+        assert!(r.is_err());
+        assert!(!s.holds_buffers(), "idle server stream keeps a buffer");
+        // The other way, and the client's read side releases as well.
+        s.write_all(&data[..40_000]).await.unwrap();
+        let mut back = vec![0u8; 40_000];
+        c.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, &data[..40_000]);
+        let r = tokio::time::timeout(Duration::from_millis(50), c.read(&mut one)).await;
+        assert!(r.is_err());
+        assert!(!c.holds_buffers() && !s.holds_buffers());
+    }
+}
