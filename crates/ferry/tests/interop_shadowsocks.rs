@@ -33,13 +33,26 @@ fn ferry_client(
     method: &str,
     password: &str,
 ) -> Proc {
+    ferry_client_opts(entry, target, udp_target, server, method, password, "")
+}
+
+/// [`ferry_client`] with `extra` JSON members in the server entry (e.g. `,"ota":true`).
+fn ferry_client_opts(
+    entry: u16,
+    target: SocketAddr,
+    udp_target: SocketAddr,
+    server: u16,
+    method: &str,
+    password: &str,
+    extra: &str,
+) -> Proc {
     let udp_entry = free_port();
     let cfg = format!(
         r#"{{"log":{{"loglevel":"info"}},
         "inbounds":[
           {{"listen":"127.0.0.1","port":{entry},"protocol":"dokodemo-door","settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}},
           {{"tag":"u","listen":"127.0.0.1","port":{udp_entry},"protocol":"dokodemo-door","settings":{{"address":"127.0.0.1","port":{},"network":"udp"}}}}],
-        "outbounds":[{{"protocol":"shadowsocks","settings":{{"servers":[{{"address":"127.0.0.1","port":{server},"method":{},"password":{}}}]}}}}]}}"#,
+        "outbounds":[{{"protocol":"shadowsocks","settings":{{"servers":[{{"address":"127.0.0.1","port":{server},"method":{},"password":{}{extra}}}]}}}}]}}"#,
         target.port(),
         udp_target.port(),
         json_str(method),
@@ -265,6 +278,184 @@ fn ferry_to_ferry_none_and_xchacha() {
         tcp_echo(entry, SMALL, 3, &[&c, &s]);
         udp_echo(udp_entry_of(&c), &[&c, &s]);
     }
+}
+
+// ------------------------------------------------------------------ one-time auth
+//
+// No installed peer speaks OTA any more: V2Ray 4.34 has no stream ciphers at all ("unknown cipher
+// method: aes-128-cfb"; its `ota` key is accepted and ignored), shadowsocks-libev 3.x and
+// shadowsocks-rust dropped it. So OTA is proven Ferry to Ferry here, and against the spec's
+// layout with independently computed MACs in `proxy::shadowsocks::ota` unit tests.
+
+fn ota_settings(method: &str, ota: &str) -> String {
+    format!(
+        r#"{{"method":{},"password":"ota-pw","network":"tcp,udp"{ota}}}"#,
+        json_str(method)
+    )
+}
+
+#[test]
+fn ferry_to_ferry_one_time_auth() {
+    for (m, server_ota) in [
+        ("aes-128-cfb", r#","ota":true"#),
+        ("aes-256-cfb", ""),
+        ("chacha20-ietf", r#","ota":true"#),
+    ] {
+        let echo = echo_server();
+        let uecho = udp_echo_server();
+        let sp = free_port();
+        let s = ferry_server(sp, &ota_settings(m, server_ota));
+        let entry = free_port();
+        let c = ferry_client_opts(entry, echo, uecho, sp, m, "ota-pw", r#","ota":true"#);
+        tcp_echo(entry, SMALL, 4, &[&c, &s]);
+        udp_echo(udp_entry_of(&c), &[&c, &s]);
+    }
+}
+
+/// Sends `data` into `port` and reports whether the same bytes came back within 2 s.
+fn echoes(port: u16, data: &[u8]) -> bool {
+    let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    t.write_all(data).unwrap();
+    let mut got = vec![0u8; data.len()];
+    t.read_exact(&mut got).is_ok() && got == data
+}
+
+fn wait_log(p: &Proc, needle: &str) -> bool {
+    for _ in 0..50 {
+        if p.output().contains(needle) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn one_time_auth_policy_is_enforced() {
+    let echo = echo_server();
+    let uecho = udp_echo_server();
+    // Required by the server, not sent by the client: refused (TCP and UDP).
+    let sp = free_port();
+    let s = ferry_server(sp, &ota_settings("aes-128-cfb", r#","ota":true"#));
+    let entry = free_port();
+    let c = ferry_client_opts(entry, echo, uecho, sp, "aes-128-cfb", "ota-pw", "");
+    assert!(!echoes(entry, b"no auth here"), "{}", s.output());
+    assert!(wait_log(
+        &s,
+        "without the one-time auth this server requires"
+    ));
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    u.send_to(b"ping", ("127.0.0.1", udp_entry_of(&c))).unwrap();
+    assert!(u.recv_from(&mut [0u8; 64]).is_err());
+    assert!(wait_log(&s, "one-time auth required"));
+    // Refused by the server, sent by the client.
+    let sp = free_port();
+    let s = ferry_server(sp, &ota_settings("aes-128-cfb", r#","ota":false"#));
+    let entry = free_port();
+    let _c = ferry_client_opts(
+        entry,
+        echo,
+        uecho,
+        sp,
+        "aes-128-cfb",
+        "ota-pw",
+        r#","ota":true"#,
+    );
+    assert!(!echoes(entry, b"auth not wanted"));
+    assert!(wait_log(&s, "one-time auth, which this server refuses"));
+    // Auto (no key): both kinds work on one server.
+    let sp = free_port();
+    let s = ferry_server(sp, &ota_settings("aes-128-cfb", ""));
+    let (e1, e2) = (free_port(), free_port());
+    let _c1 = ferry_client_opts(e1, echo, uecho, sp, "aes-128-cfb", "ota-pw", "");
+    let _c2 = ferry_client_opts(
+        e2,
+        echo,
+        uecho,
+        sp,
+        "aes-128-cfb",
+        "ota-pw",
+        r#","ota":true"#,
+    );
+    assert!(echoes(e1, b"plain request"), "{}", s.output());
+    assert!(echoes(e2, b"authenticated request"), "{}", s.output());
+    // OTA with an AEAD method is a config error naming the key.
+    let path = std::env::temp_dir().join(format!("ferry-ota-{}.json", std::process::id()));
+    let cfg = format!(
+        r#"{{"inbounds":[{{"port":{},"protocol":"shadowsocks","settings":{}}}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        free_port(),
+        ota_settings("aes-128-gcm", r#","ota":true"#)
+    );
+    std::fs::write(&path, cfg).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["test", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("ota") && text.contains("stream ciphers"),
+        "{text}"
+    );
+}
+
+/// A TCP server that keeps what it receives; the closure returns all bytes so far.
+fn counting_sink() -> (SocketAddr, impl Fn() -> Vec<u8>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4096];
+                while let Ok(n) = s.read(&mut b) {
+                    if n == 0 {
+                        break;
+                    }
+                    g.lock().unwrap().extend_from_slice(&b[..n]);
+                }
+            });
+        }
+    });
+    (addr, move || got.lock().unwrap().clone())
+}
+
+#[test]
+fn one_time_auth_tampered_chunk_is_rejected() {
+    use ferry::proxy::shadowsocks::cipher::{random, Method};
+    use ferry::proxy::shadowsocks::ota;
+    use ferry::proxy::shadowsocks::stream_cipher::StreamCrypt;
+    let (echo, seen) = counting_sink();
+    let sp = free_port();
+    let s = ferry_server(sp, &ota_settings("aes-128-cfb", ""));
+    let m = Method::Aes128Cfb;
+    let key = m.key_from_password("ota-pw").unwrap();
+    let mut iv = [0u8; 16];
+    random(&mut iv);
+    let mut addr = vec![1, 127, 0, 0, 1];
+    addr.extend_from_slice(&echo.port().to_be_bytes());
+    let mut plain = ota::request_header(&iv, &key, &addr);
+    ota::encode_chunk(&iv, 0, b"good chunk", &mut plain);
+    let at = plain.len();
+    ota::encode_chunk(&iv, 1, b"bad chunk", &mut plain);
+    plain[at + 5] ^= 1; // a MAC byte
+    let mut e = StreamCrypt::new(m, &key, &iv, true).unwrap();
+    e.apply(&mut plain);
+    let mut t = TcpStream::connect(("127.0.0.1", sp)).unwrap();
+    t.write_all(&iv).unwrap();
+    t.write_all(&plain).unwrap();
+    assert!(wait_log(&s, "one-time auth chunk failed"), "{}", s.output());
+    // The good chunk went through; the bad one never reached the target.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(seen(), b"good chunk");
 }
 
 // ------------------------------------------------------------------ shadowsocks-libev

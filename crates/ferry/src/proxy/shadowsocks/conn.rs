@@ -301,6 +301,12 @@ impl SsStream {
         }
     }
 
+    /// The raw bytes this client sends before its first sealed output (its salt or IV) while
+    /// they have not left yet.
+    pub fn client_iv(&self) -> &[u8] {
+        &self.head
+    }
+
     /// Whether the connection currently holds pooled buffers (for tests).
     pub fn holds_buffers(&self) -> bool {
         self.rbuf.is_some() || self.out.buf.is_some()
@@ -631,7 +637,11 @@ mod tests {
         let mut got = vec![0u8; data.len()];
         // Odd read sizes: chunks land partly in place, partly straight in the caller's buffer.
         let mut at = 0;
-        for (i, step) in [100usize, 20_000, 16_383, 50_000, 7].iter().cycle().enumerate() {
+        for (i, step) in [100usize, 20_000, 16_383, 50_000, 7]
+            .iter()
+            .cycle()
+            .enumerate()
+        {
             if at == got.len() {
                 break;
             }
@@ -642,7 +652,10 @@ mod tests {
         }
         assert_eq!(got, data);
         let mut c = w.await.unwrap();
-        assert!(!c.holds_buffers(), "client keeps a buffer after its writes left");
+        assert!(
+            !c.holds_buffers(),
+            "client keeps a buffer after its writes left"
+        );
         // Nothing more to read: the read is pending and the server gave its buffers back.
         let mut one = [0u8; 1];
         let r = tokio::time::timeout(Duration::from_millis(50), s.read(&mut one)).await;

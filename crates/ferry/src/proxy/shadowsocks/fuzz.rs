@@ -1,4 +1,4 @@
-//! Fuzz entry points for the AEAD and 2022 decoders: plain functions that must never panic on
+//! Fuzz entry points for the AEAD, OTA and 2022 decoders: plain functions that must never panic on
 //! any input. The `fuzz/` crate at the repository root calls them from cargo-fuzz targets; a
 //! unit test below feeds them random inputs so they are exercised without nightly.
 
@@ -81,6 +81,17 @@ pub fn aead(data: &[u8]) {
         if let Ok((_, r)) = udp::decode_simple(m, &vec![7; m.key_len()], &mut p) {
             assert!(r.end <= p.len());
         }
+    }
+    let mut scratch = vec![0u8; data.len()];
+    if let Ok((_, r)) = udp::decode_aead_to(Method::Aes128Gcm, &[7; 16], data, &mut scratch) {
+        assert!(r.end <= scratch.len());
+    }
+    // One-time auth chunks (stream ciphers).
+    let mut d = super::ota::ChunkDecoder::new(&[1; 16]);
+    let mut at = 0;
+    while let Ok(Some((consumed, r))) = d.decode(&data[at..]) {
+        assert!(r.end <= consumed);
+        at += consumed;
     }
 }
 

@@ -7,11 +7,10 @@
 //! server keeps reading and discarding until the client closes (bounded by the level's
 //! `connIdle`), then closes. The failure is logged at info level.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -21,8 +20,10 @@ use tokio::net::UdpSocket;
 use super::aead::{ChunkOpener, ChunkSealer, Error, AEAD_MAX_CHUNK, LEN_BLOCK, SS2022_MAX_CHUNK};
 use super::cipher::{aead_subkey, random, session_subkey_2022, AeadAlg, AeadCipher, Kind, Method};
 use super::conn::{Opener, Sealer, ServerParts, SsStream};
+use super::ota::{self, OtaServer};
 use super::replay::{BloomPair, SaltPool};
-use super::stream_cipher::{StreamCrypt, OTA_FLAG};
+use super::stream_cipher::{StreamCrypt, OTA_FLAG, OTA_MAC_LEN};
+use super::udp::SessionTable;
 use super::{parse_server, ss2022, udp, Account, ServerConfig};
 use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::addr::socks;
@@ -43,8 +44,8 @@ pub struct Inbound {
     cfg: ServerConfig,
     bloom: BloomPair,
     pool: SaltPool,
-    /// 2022 UDP: per client address, the server's side of the session.
-    udp: Mutex<HashMap<SocketAddr, UdpPeer>>,
+    /// 2022 UDP: per client address, the server's side of the session (idle ones expire).
+    udp: Mutex<SessionTable<UdpPeer>>,
 }
 
 pub fn build(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
@@ -56,6 +57,8 @@ struct Accepted {
     user: User,
     dest: Option<Destination>,
     parts: ServerParts,
+    /// Stream ciphers: the client's IV and the master key (one-time auth keys).
+    ota_keys: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Inbound {
@@ -64,7 +67,7 @@ impl Inbound {
             cfg,
             bloom: BloomPair::default(),
             pool: SaltPool::default(),
-            udp: Mutex::new(HashMap::new()),
+            udp: Mutex::new(SessionTable::new(Duration::from_secs(300))),
         }
     }
 
@@ -107,6 +110,7 @@ impl Inbound {
             user: acct.user.clone(),
             dest: None,
             parts,
+            ota_keys: None,
         })
     }
 
@@ -144,6 +148,7 @@ impl Inbound {
             user: acct.user.clone(),
             dest: None,
             parts,
+            ota_keys: (m.kind() == Kind::Stream).then(|| (iv, acct.key.clone())),
         })
     }
 
@@ -198,6 +203,7 @@ impl Inbound {
             user: acct.user.clone(),
             dest: Some(dest),
             parts,
+            ota_keys: None,
         })
     }
 }
@@ -255,8 +261,12 @@ pub async fn drain<R: AsyncRead + Unpin + ?Sized>(s: &mut R, limit: Duration) {
     let _ = tokio::time::timeout(limit, tokio::io::copy(s, &mut sink)).await;
 }
 
-/// Reads the target address from the decrypted stream (AEAD/stream editions).
-async fn read_address(s: &mut SsStream) -> io::Result<(Destination, bool)> {
+/// An address request: the target, and for one-time auth the flagged header and its MAC.
+type Request = (Destination, Option<(Vec<u8>, [u8; OTA_MAC_LEN])>);
+
+/// Reads the target address from the decrypted stream (AEAD/stream editions); with the OTA flag
+/// in ATYP, also the header MAC that follows it.
+async fn read_address(s: &mut SsStream) -> io::Result<Request> {
     let mut buf = Vec::with_capacity(64);
     let mut tmp = [0u8; 512];
     loop {
@@ -266,8 +276,16 @@ async fn read_address(s: &mut SsStream) -> io::Result<(Destination, bool)> {
             probe[0] &= 0x0F;
             match socks::decode(&probe) {
                 Ok(Some((dest, n))) => {
-                    s.unread(&buf[n..]);
-                    return Ok((dest, ota));
+                    let need = if ota { n + OTA_MAC_LEN } else { n };
+                    if let Some(mac) = buf.get(n..need) {
+                        let auth = ota.then(|| {
+                            let mut m = [0u8; OTA_MAC_LEN];
+                            m.copy_from_slice(mac);
+                            (buf[..n].to_vec(), m)
+                        });
+                        s.unread(&buf[need..]);
+                        return Ok((dest, auth));
+                    }
                 }
                 Ok(None) => {}
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
@@ -318,17 +336,24 @@ impl InboundHandler for Inbound {
                 return Ok(());
             }
         };
-        let Accepted { user, dest, parts } = acc;
+        let Accepted {
+            user,
+            dest,
+            parts,
+            ota_keys,
+        } = acc;
         let mut ss = SsStream::server(stream, parts);
-        let dest = match dest {
-            Some(d) => d,
+        let (dest, ota) = match dest {
+            Some(d) => (d, None),
             None => match tokio::time::timeout(limit, read_address(&mut ss)).await {
-                Ok(Ok((_, true))) => {
-                    tracing::info!("[{}] shadowsocks: {} asked for one-time auth, which is not supported; draining", ctx.tag, ctx.source);
-                    drain(&mut ss, idle).await;
-                    return Ok(());
-                }
-                Ok(Ok((d, false))) => d,
+                Ok(Ok((d, auth))) => match self.check_ota(auth, ota_keys.as_ref()) {
+                    Ok(ota) => (d, ota),
+                    Err(why) => {
+                        tracing::info!("[{}] shadowsocks: {} {why}; draining", ctx.tag, ctx.source);
+                        drain(&mut ss, idle).await;
+                        return Ok(());
+                    }
+                },
                 Ok(Err(e)) => {
                     tracing::info!(
                         "[{}] shadowsocks: bad request from {}: {e}; draining",
@@ -349,6 +374,10 @@ impl InboundHandler for Inbound {
                 }
             },
         };
+        let stream: BoxStream = match ota {
+            Some(iv) => Box::new(OtaServer::new(ss, &iv)),
+            None => Box::new(ss),
+        };
         let mut session = ctx.session(dest, Network::Tcp, "shadowsocks");
         if !user.email.is_empty() {
             session.user = Some(user);
@@ -356,7 +385,7 @@ impl InboundHandler for Inbound {
             session.user = Some(user).filter(|u| u.level != 0);
         }
         ctx.dispatcher
-            .dispatch_tcp(session, Box::new(ss))
+            .dispatch_tcp(session, stream)
             .await
             .map(|_| ())
     }
@@ -367,25 +396,36 @@ impl InboundHandler for Inbound {
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
         let idle = ctx.dispatcher.policy.level(0).conn_idle;
+        // Per-client state lives as long as the NAT keeps an idle session (zero: 5 minutes).
+        let keep = if idle.is_zero() {
+            Duration::from_secs(300)
+        } else {
+            idle
+        };
+        self.udp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_idle(keep);
         let reply = Arc::new(Reply {
             socket: socket.clone(),
             method: self.cfg.method,
-            peers: Mutex::new(HashMap::new()),
+            peers: Mutex::new(SessionTable::new(keep)),
         });
         let nat = UdpNat::new(ctx.dispatcher.clone(), reply.clone(), idle);
         let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut scratch = Vec::new();
         loop {
             let (n, from) = socket.recv_from(&mut buf).await?;
             let pkt = &mut buf[..n];
-            match self.decode_udp(pkt, from) {
-                Ok((dest, range, acct, peer)) => {
+            match self.decode_udp(pkt, from, &mut scratch) {
+                Ok((dest, payload, acct, peer)) => {
                     reply.set(from, peer);
                     let mut c = ctx.clone();
                     c.source = from;
                     let mut s = c.session(dest, Network::Udp, "shadowsocks");
                     s.user =
                         Some(acct.user.clone()).filter(|u| !u.email.is_empty() || u.level != 0);
-                    nat.send(s, Bytes::copy_from_slice(&pkt[range]));
+                    nat.send(s, payload);
                 }
                 Err(e) => tracing::info!(
                     "[{}] shadowsocks udp: dropped packet from {from}: {e}",
@@ -397,26 +437,62 @@ impl InboundHandler for Inbound {
 }
 
 impl Inbound {
+    /// Applies the one-time auth policy to a request: the client IV when its chunks must be
+    /// checked, `None` for a plain request, or why the request is refused.
+    fn check_ota(
+        &self,
+        auth: Option<(Vec<u8>, [u8; OTA_MAC_LEN])>,
+        keys: Option<&(Vec<u8>, Vec<u8>)>,
+    ) -> std::result::Result<Option<Vec<u8>>, &'static str> {
+        match (auth, keys) {
+            (None, _) if self.cfg.ota == Some(true) => {
+                Err("sent a request without the one-time auth this server requires")
+            }
+            (None, _) => Ok(None),
+            (Some(_), None) => Err("asked for one-time auth, which AEAD methods do not have"),
+            (Some(_), Some(_)) if self.cfg.ota == Some(false) => {
+                Err("asked for one-time auth, which this server refuses")
+            }
+            (Some((header, mac)), Some((iv, key))) => {
+                if ota::check_header(iv, key, &header, &mac) {
+                    Ok(Some(iv.clone()))
+                } else {
+                    Err("sent a one-time auth header with a wrong MAC")
+                }
+            }
+        }
+    }
+
+    /// Authenticates and decodes one client packet: target, payload, user, and how to reply.
+    /// `scratch` is reused across packets (multi-user key trial decrypts into it).
     fn decode_udp(
         &self,
         pkt: &mut [u8],
         from: SocketAddr,
-    ) -> std::result::Result<(Destination, std::ops::Range<usize>, &Account, UdpPeer), Error> {
+        scratch: &mut Vec<u8>,
+    ) -> std::result::Result<(Destination, Bytes, &Account, UdpPeer), Error> {
+        let peer = |u: &Account| UdpPeer::Simple {
+            method: u.method,
+            key: u.key.clone(),
+        };
         if self.cfg.method.kind() != Kind::Aead2022 {
+            if let [u] = self.cfg.users.as_slice() {
+                let p = udp::decode_simple_ota(u.method, &u.key, pkt)?;
+                match (p.ota, self.cfg.ota) {
+                    (true, Some(false)) => return Err(Error::Header("one-time auth refused")),
+                    (false, Some(true)) => return Err(Error::Header("one-time auth required")),
+                    _ => {}
+                }
+                return Ok((p.dest, Bytes::copy_from_slice(&pkt[p.payload]), u, peer(u)));
+            }
+            // Multi-user AEAD: try each key, decrypting out of place so the packet stays
+            // intact for the next key (no copy per user tried).
+            if scratch.len() < pkt.len() {
+                scratch.resize(pkt.len(), 0);
+            }
             for u in &self.cfg.users {
-                // Multi-user AEAD: try each key; decode works in place, so try on a copy.
-                let mut copy = pkt.to_vec();
-                if let Ok((d, r)) = udp::decode_simple(u.method, &u.key, &mut copy) {
-                    pkt.copy_from_slice(&copy);
-                    return Ok((
-                        d,
-                        r,
-                        u,
-                        UdpPeer::Simple {
-                            method: u.method,
-                            key: u.key.clone(),
-                        },
-                    ));
+                if let Ok((d, r)) = udp::decode_aead_to(u.method, &u.key, pkt, scratch) {
+                    return Ok((d, Bytes::copy_from_slice(&scratch[r]), u, peer(u)));
                 }
             }
             return Err(Error::Auth);
@@ -441,7 +517,7 @@ impl Inbound {
         let p = udp::decode_2022(&r, pkt)?;
         let acct = p.user.and_then(|i| self.cfg.users.get(i)).unwrap_or(first);
         let mut map = self.udp.lock().unwrap_or_else(|e| e.into_inner());
-        let st = map.entry(from).or_insert_with(|| {
+        let st = map.entry(from, Instant::now(), || {
             UdpPeer2022 {
                 client_session: p.session_id,
                 server_session: udp::new_session_id(),
@@ -465,7 +541,7 @@ impl Inbound {
         }
         st.window.record(p.packet_id);
         let peer = UdpPeer::S2022(st.clone());
-        Ok((p.addr, p.payload, acct, peer))
+        Ok((p.addr, Bytes::copy_from_slice(&pkt[p.payload]), acct, peer))
     }
 }
 
@@ -495,13 +571,14 @@ pub enum UdpPeer {
 struct Reply {
     socket: Arc<UdpSocket>,
     method: Method,
-    peers: Mutex<HashMap<SocketAddr, UdpPeer>>,
+    /// How to encrypt replies to each client; idle entries expire.
+    peers: Mutex<SessionTable<UdpPeer>>,
 }
 
 impl Reply {
     fn set(&self, client: SocketAddr, p: UdpPeer) {
         let mut m = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        m.insert(client, p);
+        m.insert(client, p, Instant::now());
     }
 }
 
@@ -509,8 +586,8 @@ impl Reply {
 impl UdpReply for Reply {
     async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()> {
         let peer = {
-            let m = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-            m.get(&client).cloned()
+            let mut m = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            m.get(&client, Instant::now()).cloned()
         };
         let Some(peer) = peer else { return Ok(()) };
         let mut out = Vec::with_capacity(data.len() + 96);

@@ -1,6 +1,7 @@
 //! `shadowsocks`: stream ciphers (+ OTA), AEAD (SIP004), and 2022 (SIP022/SIP023), TCP and UDP.
 //!
-//! * `cipher.rs`: methods, key derivation, the AEAD enum. `stream_cipher.rs`: legacy ciphers.
+//! * `cipher.rs`: methods, key derivation, the AEAD enum. `stream_cipher.rs`: legacy ciphers,
+//!   `ota.rs`: their one-time auth.
 //! * `aead.rs`: the chunk codec; `ss2022.rs`: 2022 headers and EIH; `udp.rs`: packet codecs.
 //! * `conn.rs`: the stream the relay copies through; `replay.rs`: salt filters.
 //! * `inbound.rs` / `outbound.rs`: the thin async adapters; `link.rs`: SIP002 `ss://` links.
@@ -11,6 +12,7 @@ pub mod conn;
 pub mod fuzz;
 pub mod inbound;
 pub mod link;
+pub mod ota;
 pub mod outbound;
 pub mod replay;
 pub mod ss2022;
@@ -46,6 +48,9 @@ pub struct ServerConfig {
     pub ipsk: Option<Vec<u8>>,
     pub users: Vec<Account>,
     pub networks: Vec<Network>,
+    /// One-time auth (stream ciphers): `Some(true)` requires it, `Some(false)` refuses it,
+    /// `None` accepts both (V2Ray's "auto").
+    pub ota: Option<bool>,
 }
 
 fn parse_method(o: &Obj<'_>, key: &str) -> Result<Option<Method>> {
@@ -106,8 +111,15 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
     let clients = o.objs(&["clients", "users"])?;
     o.ignore(&["ivCheck", "udp"]);
     let networks = networks(o)?;
+    let ota = o.bool("ota")?;
     let top_user = user_of(o, "")?;
     if let Some(m) = method.filter(|m| m.kind() == Kind::Aead2022) {
+        if ota == Some(true) {
+            return Err(ConfigError::new(
+                o.key_path("ota"),
+                "one-time auth exists only for the stream ciphers (e.g. aes-256-cfb)",
+            ));
+        }
         let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
         let psk = key_for(o, m, &pw)?;
         if clients.is_empty() {
@@ -122,6 +134,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
                     hash,
                 }],
                 networks,
+                ota: None,
             });
         }
         if m == Method::Blake3Chacha20Poly1305 {
@@ -163,6 +176,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
             ipsk: Some(psk),
             users,
             networks,
+            ota: None,
         });
     }
     let mut users = Vec::new();
@@ -205,11 +219,19 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
             c.finish();
         }
     }
+    let method = users.first().map(|u| u.method).unwrap_or(Method::None);
+    if ota == Some(true) && method.kind() != Kind::Stream {
+        return Err(ConfigError::new(
+            o.key_path("ota"),
+            "one-time auth exists only for the stream ciphers (e.g. aes-256-cfb)",
+        ));
+    }
     Ok(ServerConfig {
-        method: users.first().map(|u| u.method).unwrap_or(Method::None),
+        method,
         ipsk: None,
         users,
         networks,
+        ota,
     })
 }
 
@@ -222,6 +244,8 @@ pub struct ClientConfig {
     pub key: Vec<u8>,
     /// 2022 identity keys in front of the user key (EIH), in order.
     pub ipsks: Vec<Vec<u8>>,
+    /// One-time auth on requests (stream ciphers only).
+    pub ota: bool,
 }
 
 impl ClientConfig {
@@ -245,6 +269,7 @@ impl ClientConfig {
                 method,
                 key,
                 ipsks: keys,
+                ota: false,
             });
         }
         Ok(ClientConfig {
@@ -252,6 +277,7 @@ impl ClientConfig {
             method,
             key: method.key_from_password(password)?,
             ipsks: Vec::new(),
+            ota: false,
         })
     }
 }
@@ -278,9 +304,17 @@ pub fn parse_client(o: &Obj<'_>) -> Result<(ClientConfig, Arc<str>)> {
         .ok_or_else(|| ConfigError::new(s.key_path("method"), "is required"))?;
     let pw = s.req_str("password")?;
     let email = s.str("email")?.unwrap_or_default();
+    let ota = s.bool("ota")?.unwrap_or(false);
     s.ignore(&["level", "ivCheck", "uot", "UoTVersion"]);
     let dest = crate::common::Destination::new(crate::common::Address::parse(&addr), port);
-    let cfg = ClientConfig::new(dest, method, &pw)
+    let mut cfg = ClientConfig::new(dest, method, &pw)
         .map_err(|e| ConfigError::new(s.key_path("password"), e))?;
+    if ota && method.kind() != Kind::Stream {
+        return Err(ConfigError::new(
+            s.key_path("ota"),
+            "one-time auth exists only for the stream ciphers (e.g. aes-256-cfb)",
+        ));
+    }
+    cfg.ota = ota;
     Ok((cfg, email.as_str().into()))
 }

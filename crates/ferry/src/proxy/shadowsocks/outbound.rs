@@ -12,6 +12,7 @@ use super::aead::{ChunkOpener, ChunkSealer, Error, AEAD_MAX_CHUNK, SS2022_MAX_CH
 use super::cipher::{aead_subkey, random, session_subkey_2022, AeadAlg, AeadCipher, Kind};
 use super::conn::{KeyFromSalt, Opener, Request, Sealer, SsStream};
 use super::inbound::{AEAD_RBUF, SS2022_RBUF, STREAM_RBUF};
+use super::ota::{self, OtaClient};
 use super::stream_cipher::StreamCrypt;
 use super::{parse_client, ss2022, udp, ClientConfig};
 use crate::common::addr::socks;
@@ -37,7 +38,19 @@ fn cipher(alg: AeadAlg, key: &[u8]) -> io::Result<AeadCipher> {
     AeadCipher::new(alg, key).ok_or_else(|| io::Error::other("bad key length"))
 }
 
-/// Wraps a connected stream as a client of `cfg` asking for `dest`.
+/// Wraps a connected stream as a client of `cfg` asking for `dest` (with one-time auth when
+/// `cfg.ota`).
+pub fn connect(inner: BoxStream, cfg: &ClientConfig, dest: &Destination) -> io::Result<BoxStream> {
+    let s = wrap(inner, cfg, dest)?;
+    if cfg.ota && cfg.method.kind() == Kind::Stream {
+        let iv = s.client_iv().to_vec();
+        return Ok(Box::new(OtaClient::new(s, iv)));
+    }
+    Ok(Box::new(s))
+}
+
+/// Wraps a connected stream as a client of `cfg` asking for `dest` (no chunk framing for OTA:
+/// use [`connect`]).
 pub fn wrap(inner: BoxStream, cfg: &ClientConfig, dest: &Destination) -> io::Result<SsStream> {
     let m = cfg.method;
     let addr = socks::to_bytes(dest).to_vec();
@@ -58,6 +71,11 @@ pub fn wrap(inner: BoxStream, cfg: &ClientConfig, dest: &Destination) -> io::Res
         Kind::Stream => {
             let sealer = StreamCrypt::new(m, &key, &salt, true)
                 .ok_or_else(|| io::Error::other("bad key"))?;
+            let req = if cfg.ota {
+                ota::request_header(&salt, &key, &addr)
+            } else {
+                addr
+            };
             let f: KeyFromSalt = Box::new(move |iv| {
                 StreamCrypt::new(m, &key, iv, false)
                     .map(Opener::Stream)
@@ -69,7 +87,7 @@ pub fn wrap(inner: BoxStream, cfg: &ClientConfig, dest: &Destination) -> io::Res
                 f,
                 Sealer::Stream(sealer),
                 salt,
-                Request::Address(addr),
+                Request::Address(req),
                 STREAM_RBUF,
             ))
         }
@@ -128,7 +146,7 @@ pub fn wrap(inner: BoxStream, cfg: &ClientConfig, dest: &Destination) -> io::Res
 impl OutboundHandler for Outbound {
     async fn dial_tcp(&self, session: &Session) -> io::Result<BoxStream> {
         let inner = self.dialer.dial(&self.cfg.server).await?;
-        Ok(Box::new(wrap(inner, &self.cfg, &session.dest)?))
+        connect(inner, &self.cfg, &session.dest)
     }
 
     async fn dial_udp(&self, _session: &Session) -> io::Result<Box<dyn PacketConn>> {
@@ -170,7 +188,7 @@ impl PacketConn for UdpClient {
             };
             udp::encode_2022(&s, dest, data, &mut out);
         } else {
-            udp::encode_simple(c.method, &c.key, dest, data, &mut out);
+            udp::encode_simple_ota(c.method, &c.key, dest, data, c.ota, &mut out);
         }
         self.sock.send(&out).await.map(|_| ())
     }

@@ -1,8 +1,8 @@
-//! Historic stream ciphers (§3) and one-time auth (§4). Broken by design; kept for legacy
+//! Historic stream ciphers (§3); one-time auth (§4) is in `ota.rs`. Broken by design; kept for legacy
 //! interop only. Each direction is one keystream keyed by the master key and that direction's IV.
 
 use aes::cipher::{KeyIvInit, StreamCipher};
-use hmac::{KeyInit, Mac};
+use hmac::KeyInit;
 use md5::Digest;
 
 use super::cipher::Method;
@@ -96,31 +96,6 @@ pub const OTA_FLAG: u8 = 0x10;
 /// Length of an OTA MAC (first 10 bytes of HMAC-SHA1).
 pub const OTA_MAC_LEN: usize = 10;
 
-/// HMAC-SHA1(key1 || key2, msg)[..10].
-pub fn ota_mac(key1: &[u8], key2: &[u8], msg: &[u8]) -> [u8; OTA_MAC_LEN] {
-    let mut k = Vec::with_capacity(key1.len() + key2.len());
-    k.extend_from_slice(key1);
-    k.extend_from_slice(key2);
-    let mut m = <hmac::Hmac<sha1::Sha1> as KeyInit>::new_from_slice(&k).unwrap_or_else(|_| {
-        <hmac::Hmac<sha1::Sha1> as KeyInit>::new_from_slice(&[0]).expect("HMAC takes any key")
-    });
-    m.update(msg);
-    let out = m.finalize().into_bytes();
-    let mut o = [0u8; OTA_MAC_LEN];
-    o.copy_from_slice(&out[..OTA_MAC_LEN]);
-    o
-}
-
-/// MAC of an OTA request header (flagged ATYP .. PORT): key = IV || master key.
-pub fn ota_header_mac(iv: &[u8], key: &[u8], header: &[u8]) -> [u8; OTA_MAC_LEN] {
-    ota_mac(iv, key, header)
-}
-
-/// MAC of the OTA data chunk number `id`: key = IV || BE32(id).
-pub fn ota_chunk_mac(iv: &[u8], id: u32, data: &[u8]) -> [u8; OTA_MAC_LEN] {
-    ota_mac(iv, &id.to_be_bytes(), data)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,15 +180,5 @@ mod tests {
             d.apply(&mut b);
             assert_eq!(b, pt, "{m:?}");
         }
-    }
-
-    #[test]
-    fn ota_macs_are_hmac_sha1_prefixes() {
-        // HMAC-SHA1 RFC 2202 test case 2: key "Jefe", data "what do ya want for nothing?".
-        let m = ota_mac(b"Je", b"fe", b"what do ya want for nothing?");
-        assert_eq!(
-            m.to_vec(),
-            hex("effcdf6ae5eb2fa2d27416d5f184df9c259a7c79")[..10]
-        );
     }
 }

@@ -1,15 +1,19 @@
 //! UDP packet codecs (sans-IO): stream ciphers and AEAD per packet (§3.3, §5.4), and 2022
 //! sessions with separate headers, EIH and a packet-id window (§6.7, §6.8).
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use super::aead::Error;
 use super::cipher::{
     aead_subkey, psk_hash16, random, session_subkey_2022, AeadAlg, AeadCipher, AesBlock, Kind,
     Method, TAG_LEN,
 };
+use super::ota;
 use super::ss2022::{check_time, now, TYPE_CLIENT, TYPE_SERVER};
-use super::stream_cipher::StreamCrypt;
+use super::stream_cipher::{StreamCrypt, OTA_FLAG};
 use crate::common::addr::socks;
 use crate::common::Destination;
 
@@ -32,6 +36,19 @@ fn parse_addr(b: &[u8]) -> Result<(Destination, usize), Error> {
 
 /// Encodes one stream/AEAD/none packet: `salt || AE(addr || payload)`.
 pub fn encode_simple(m: Method, key: &[u8], addr: &Destination, payload: &[u8], out: &mut Vec<u8>) {
+    encode_simple_ota(m, key, addr, payload, false, out)
+}
+
+/// [`encode_simple`], with one-time auth (§4: flagged ATYP, trailing MAC) when `ota` and `m` is
+/// a stream cipher.
+pub fn encode_simple_ota(
+    m: Method,
+    key: &[u8],
+    addr: &Destination,
+    payload: &[u8],
+    ota: bool,
+    out: &mut Vec<u8>,
+) {
     let sl = m.salt_len();
     let at = out.len();
     out.resize(at + sl, 0);
@@ -39,6 +56,12 @@ pub fn encode_simple(m: Method, key: &[u8], addr: &Destination, payload: &[u8], 
     let body = out.len();
     socks::encode(addr, out);
     out.extend_from_slice(payload);
+    if ota && m.kind() == Kind::Stream {
+        out[body] |= OTA_FLAG;
+        let mut tail = out.split_off(body);
+        ota::udp_seal(&out[at..body], key, &mut tail);
+        out.extend_from_slice(&tail);
+    }
     let (salt, rest) = out[at..].split_at_mut(sl);
     match m.kind() {
         Kind::Aead => {
@@ -48,7 +71,6 @@ pub fn encode_simple(m: Method, key: &[u8], addr: &Destination, payload: &[u8], 
                 return;
             };
             let tag = c.seal(&[0u8; 24][..alg.nonce_len()], rest);
-            let _ = body;
             out.extend_from_slice(&tag);
         }
         Kind::Stream => {
@@ -60,18 +82,33 @@ pub fn encode_simple(m: Method, key: &[u8], addr: &Destination, payload: &[u8], 
     }
 }
 
+/// A decoded stream/AEAD/none packet.
+#[derive(Debug)]
+pub struct Simple {
+    pub dest: Destination,
+    /// The payload, in the buffer the plaintext is in.
+    pub payload: Range<usize>,
+    /// The packet carried one-time auth (checked).
+    pub ota: bool,
+}
+
 /// Decodes one stream/AEAD/none packet in place: target and payload range.
 pub fn decode_simple(
     m: Method,
     key: &[u8],
     pkt: &mut [u8],
 ) -> Result<(Destination, Range<usize>), Error> {
+    decode_simple_ota(m, key, pkt).map(|p| (p.dest, p.payload))
+}
+
+/// [`decode_simple`], checking and stripping one-time auth when the packet asks for it.
+pub fn decode_simple_ota(m: Method, key: &[u8], pkt: &mut [u8]) -> Result<Simple, Error> {
     let sl = m.salt_len();
     if pkt.len() < sl {
         return Err(Error::Truncated);
     }
     let (salt, rest) = pkt.split_at_mut(sl);
-    let body_len = match m.kind() {
+    let mut body_len = match m.kind() {
         Kind::Aead => {
             let sub = aead_subkey(key, salt);
             let alg = AeadAlg::of(m).ok_or(Error::Auth)?;
@@ -86,8 +123,100 @@ pub fn decode_simple(
         }
         _ => rest.len(),
     };
+    let ota = m.kind() == Kind::Stream && rest.first().is_some_and(|a| a & OTA_FLAG != 0);
+    if ota {
+        body_len = ota::udp_open(salt, key, &rest[..body_len])?;
+    }
     let (dest, n) = parse_addr(&rest[..body_len])?;
-    Ok((dest, sl + n..sl + body_len))
+    Ok(Simple {
+        dest,
+        payload: sl + n..sl + body_len,
+        ota,
+    })
+}
+
+/// Tries an AEAD packet with one key without touching it: the plaintext (address and payload)
+/// goes to `out` (at least the packet's size), the payload range is into `out`. For trying
+/// several users' keys on one packet without copying it for each.
+pub fn decode_aead_to(
+    m: Method,
+    key: &[u8],
+    pkt: &[u8],
+    out: &mut [u8],
+) -> Result<(Destination, Range<usize>), Error> {
+    let sl = m.salt_len();
+    let (salt, rest) = pkt.split_at_checked(sl).ok_or(Error::Truncated)?;
+    let alg = AeadAlg::of(m).ok_or(Error::Auth)?;
+    let c = AeadCipher::new(alg, &aead_subkey(key, salt)).ok_or(Error::Auth)?;
+    c.open_to(&[0u8; 24][..alg.nonce_len()], rest, out)?;
+    let body_len = rest.len() - TAG_LEN;
+    let (dest, n) = parse_addr(&out[..body_len])?;
+    Ok((dest, n..body_len))
+}
+
+/// Per-client-address state (2022 sessions, reply keys) that forgets entries idle for longer
+/// than `idle`. Sweeps happen as entries are used, at most every `idle / 2`.
+pub struct SessionTable<V> {
+    map: HashMap<SocketAddr, (V, Instant)>,
+    idle: Duration,
+    next_sweep: Option<Instant>,
+}
+
+impl<V> SessionTable<V> {
+    pub fn new(idle: Duration) -> Self {
+        SessionTable {
+            map: HashMap::new(),
+            idle: idle.max(Duration::from_secs(1)),
+            next_sweep: None,
+        }
+    }
+
+    pub fn set_idle(&mut self, idle: Duration) {
+        self.idle = idle.max(Duration::from_secs(1));
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Drops the entries not used since `now - idle`.
+    pub fn sweep(&mut self, now: Instant) {
+        let idle = self.idle;
+        self.map
+            .retain(|_, (_, t)| now.saturating_duration_since(*t) < idle);
+        self.next_sweep = Some(now + idle / 2);
+    }
+
+    fn maybe_sweep(&mut self, now: Instant) {
+        if self.next_sweep.is_none_or(|t| now >= t) {
+            self.sweep(now);
+        }
+    }
+
+    /// The entry of `k` (made by `f` if absent), marked used at `now`.
+    pub fn entry(&mut self, k: SocketAddr, now: Instant, f: impl FnOnce() -> V) -> &mut V {
+        self.maybe_sweep(now);
+        let e = self.map.entry(k).or_insert_with(|| (f(), now));
+        e.1 = now;
+        &mut e.0
+    }
+
+    /// Sets the entry of `k`, marked used at `now`.
+    pub fn insert(&mut self, k: SocketAddr, v: V, now: Instant) {
+        self.maybe_sweep(now);
+        self.map.insert(k, (v, now));
+    }
+
+    /// The entry of `k`, marked used at `now`.
+    pub fn get(&mut self, k: &SocketAddr, now: Instant) -> Option<&V> {
+        let e = self.map.get_mut(k)?;
+        e.1 = now;
+        Some(&e.0)
+    }
 }
 
 /// A sliding window of seen packet ids (rejects repeats and ids too far behind).
@@ -413,6 +542,33 @@ mod tests {
             let mut junk = vec![0x5a; 80];
             assert!(decode_2022(&r, &mut junk).is_err());
         }
+    }
+
+    #[test]
+    fn session_table_forgets_idle_entries() {
+        let idle = Duration::from_secs(10);
+        let mut t = SessionTable::new(idle);
+        let t0 = Instant::now();
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let c: SocketAddr = "127.0.0.1:3".parse().unwrap();
+        *t.entry(a, t0, || 1) += 1;
+        t.insert(b, 5, t0);
+        assert_eq!(t.len(), 2);
+        // b stays in use, a does not.
+        assert_eq!(t.get(&b, t0 + Duration::from_secs(8)), Some(&5));
+        // A new client after the idle time sweeps a out; b was used 4 s ago and stays.
+        t.insert(c, 7, t0 + Duration::from_secs(12));
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.get(&a, t0 + Duration::from_secs(12)), None);
+        assert_eq!(t.get(&b, t0 + Duration::from_secs(12)), Some(&5));
+        // No sweep before idle/2 has passed since the last one...
+        t.insert(a, 1, t0 + Duration::from_secs(13));
+        assert_eq!(t.len(), 3);
+        // ...and everything unused goes eventually: c comes back as a fresh entry.
+        *t.entry(c, t0 + Duration::from_secs(40), || 0) += 1;
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(&c, t0 + Duration::from_secs(40)), Some(&1));
     }
 
     #[test]
