@@ -19,7 +19,7 @@ use tokio::time::Sleep;
 
 use super::aead::{ChunkOpener, ChunkSealer, Error, OpenTo};
 use super::ss2022;
-use super::stream_cipher::StreamCrypt;
+use super::stream_cipher::{StreamCrypt, CFB_SLACK};
 use crate::relay::pool;
 use crate::transport::{BoxStream, Stream};
 
@@ -48,9 +48,9 @@ impl Opener {
                     return Ok(OpenTo::Need(1));
                 }
                 let n = buf.len().min(dst.len());
-                dst[..n].copy_from_slice(&buf[..n]);
-                if let Opener::Stream(s) = self {
-                    s.apply(&mut dst[..n]);
+                match self {
+                    Opener::Stream(s) => s.apply_to(&buf[..n], &mut dst[..n]),
+                    _ => dst[..n].copy_from_slice(&buf[..n]),
                 }
                 Ok(OpenTo::Written {
                     consumed: n,
@@ -153,9 +153,7 @@ impl Sealer {
             }
             Sealer::Plain => out.push(data),
             Sealer::Stream(c) => {
-                let r = out.room(data.len());
-                r.copy_from_slice(data);
-                c.apply(r);
+                c.apply_to(data, out.room(data.len() + CFB_SLACK));
                 out.commit(data.len());
             }
         }

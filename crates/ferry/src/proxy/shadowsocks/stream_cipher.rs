@@ -7,15 +7,129 @@ use md5::Digest;
 
 use super::cipher::Method;
 
+/// CFB128 encryption is inherently serial; aws-lc's is twice as fast as RustCrypto's here
+/// (measured 0.81 vs 0.42 GB/s, `cargo bench -p ferry --bench shadowsocks`).
+pub struct CfbEncrypt {
+    key: aws_lc_rs::cipher::StreamingEncryptingKey,
+    scratch: Vec<u8>,
+}
+
+impl CfbEncrypt {
+    fn new(key: &[u8], iv: &[u8]) -> Option<CfbEncrypt> {
+        use aws_lc_rs::cipher::{self as c, EncryptionContext, StreamingEncryptingKey};
+        let alg = match key.len() {
+            16 => &c::AES_128,
+            24 => &c::AES_192,
+            32 => &c::AES_256,
+            _ => return None,
+        };
+        let iv: [u8; 16] = iv.try_into().ok()?;
+        let k = c::UnboundCipherKey::new(alg, key).ok()?;
+        let key = StreamingEncryptingKey::less_safe_cfb128(k, EncryptionContext::Iv128(iv.into()))
+            .ok()?;
+        Some(CfbEncrypt {
+            key,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Encrypts `src` into `dst[..src.len()]`. CFB is a stream mode (output length = input
+    /// length), but aws-lc-rs asks for block-size slack in the output: with less room than
+    /// `src.len() + 15` this goes through a scratch buffer.
+    fn apply_to(&mut self, src: &[u8], dst: &mut [u8]) {
+        if dst.len() >= src.len() + CFB_SLACK {
+            let _ = self.key.update(src, dst);
+            return;
+        }
+        self.scratch.resize(src.len() + CFB_SLACK, 0);
+        if self.key.update(src, &mut self.scratch).is_ok() {
+            if let Some(d) = dst.get_mut(..src.len()) {
+                d.copy_from_slice(&self.scratch[..src.len()]);
+            }
+        }
+    }
+}
+
+/// Output room beyond the input that aws-lc-rs's streaming update wants.
+pub const CFB_SLACK: usize = 15;
+
+/// CFB128 decryption: whole blocks are independent given the previous ciphertext block, so they
+/// go through RustCrypto's parallel block decryptor; partial blocks at write boundaries are
+/// handled here with the keystream of the current block.
+pub struct CfbDecrypt<C: aes::cipher::BlockCipherEncrypt + Clone> {
+    cipher: C,
+    /// Ciphertext of the current block so far (all of it once `pos == 16`).
+    ct: [u8; 16],
+    /// Keystream of the current block (valid while `pos < 16`).
+    ks: [u8; 16],
+    /// Bytes of the current block already processed.
+    pos: usize,
+}
+
+impl<C> CfbDecrypt<C>
+where
+    C: aes::cipher::BlockCipherEncrypt<BlockSize = aes::cipher::consts::U16>
+        + aes::cipher::KeyInit
+        + Clone,
+{
+    fn new(key: &[u8], iv: &[u8]) -> Option<Self> {
+        let cipher = C::new_from_slice(key).ok()?;
+        let ct: [u8; 16] = iv.try_into().ok()?;
+        // The IV plays the previous ciphertext block; `pos == 16` means "block complete".
+        Some(CfbDecrypt {
+            cipher,
+            ct,
+            ks: [0; 16],
+            pos: 16,
+        })
+    }
+
+    fn next_keystream(&mut self) {
+        let mut b = aes::Block::from(self.ct);
+        self.cipher.encrypt_block(&mut b);
+        self.ks.copy_from_slice(&b);
+        self.pos = 0;
+    }
+
+    /// Decrypts `src` into `dst[..src.len()]`.
+    fn apply_to(&mut self, src: &[u8], dst: &mut [u8]) {
+        let Some(dst) = dst.get_mut(..src.len()) else {
+            return;
+        };
+        let mut i = 0;
+        while i < src.len() {
+            if self.pos == 16 {
+                let whole = (src.len() - i) / 16 * 16;
+                if whole > 0 {
+                    let (s, d) = (&src[i..i + whole], &mut dst[i..i + whole]);
+                    let iv = aes::Block::from(self.ct);
+                    let dec = <cfb_mode::Decryptor<C> as aes::cipher::InnerIvInit>::inner_iv_init(
+                        self.cipher.clone(),
+                        &iv,
+                    );
+                    self.ct.copy_from_slice(&s[whole - 16..]);
+                    let _ = dec.decrypt_b2b(s, d);
+                    i += whole;
+                    continue;
+                }
+                self.next_keystream();
+            }
+            let c = src[i];
+            dst[i] = c ^ self.ks[self.pos];
+            self.ct[self.pos] = c;
+            self.pos += 1;
+            i += 1;
+        }
+    }
+}
+
 /// One direction of a stream cipher, positioned in its keystream.
 pub enum StreamCrypt {
     None,
-    Cfb128E(Box<cfb_mode::BufEncryptor<aes::Aes128>>),
-    Cfb128D(Box<cfb_mode::BufDecryptor<aes::Aes128>>),
-    Cfb192E(Box<cfb_mode::BufEncryptor<aes::Aes192>>),
-    Cfb192D(Box<cfb_mode::BufDecryptor<aes::Aes192>>),
-    Cfb256E(Box<cfb_mode::BufEncryptor<aes::Aes256>>),
-    Cfb256D(Box<cfb_mode::BufDecryptor<aes::Aes256>>),
+    CfbE(Box<CfbEncrypt>),
+    Cfb128D(Box<CfbDecrypt<aes::Aes128>>),
+    Cfb192D(Box<CfbDecrypt<aes::Aes192>>),
+    Cfb256D(Box<CfbDecrypt<aes::Aes256>>),
     Ctr128(Box<ctr::Ctr128BE<aes::Aes128>>),
     Ctr192(Box<ctr::Ctr128BE<aes::Aes192>>),
     Ctr256(Box<ctr::Ctr128BE<aes::Aes256>>),
@@ -30,24 +144,15 @@ impl StreamCrypt {
         use StreamCrypt as S;
         Some(match (method, encrypt) {
             (Method::None, _) => S::None,
-            (Method::Aes128Cfb, true) => {
-                S::Cfb128E(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
+            (Method::Aes128Cfb | Method::Aes192Cfb | Method::Aes256Cfb, true) => {
+                if key.len() != method.key_len() {
+                    return None;
+                }
+                S::CfbE(Box::new(CfbEncrypt::new(key, iv)?))
             }
-            (Method::Aes128Cfb, false) => {
-                S::Cfb128D(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
-            }
-            (Method::Aes192Cfb, true) => {
-                S::Cfb192E(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
-            }
-            (Method::Aes192Cfb, false) => {
-                S::Cfb192D(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
-            }
-            (Method::Aes256Cfb, true) => {
-                S::Cfb256E(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
-            }
-            (Method::Aes256Cfb, false) => {
-                S::Cfb256D(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
-            }
+            (Method::Aes128Cfb, false) => S::Cfb128D(Box::new(CfbDecrypt::new(key, iv)?)),
+            (Method::Aes192Cfb, false) => S::Cfb192D(Box::new(CfbDecrypt::new(key, iv)?)),
+            (Method::Aes256Cfb, false) => S::Cfb256D(Box::new(CfbDecrypt::new(key, iv)?)),
             (Method::Aes128Ctr, _) => {
                 S::Ctr128(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
             }
@@ -76,17 +181,38 @@ impl StreamCrypt {
         use StreamCrypt as S;
         match self {
             S::None => {}
-            S::Cfb128E(c) => c.encrypt(buf),
-            S::Cfb128D(c) => c.decrypt(buf),
-            S::Cfb192E(c) => c.encrypt(buf),
-            S::Cfb192D(c) => c.decrypt(buf),
-            S::Cfb256E(c) => c.encrypt(buf),
-            S::Cfb256D(c) => c.decrypt(buf),
+            S::CfbE(_) | S::Cfb128D(_) | S::Cfb192D(_) | S::Cfb256D(_) => {
+                let src = buf.to_vec();
+                self.apply_to(&src, buf);
+            }
             S::Ctr128(c) => c.apply_keystream(buf),
             S::Ctr192(c) => c.apply_keystream(buf),
             S::Ctr256(c) => c.apply_keystream(buf),
             S::ChaCha(c) => c.apply_keystream(buf),
             S::Rc4(c) => c.apply_keystream(buf),
+        }
+    }
+
+    /// Encrypts or decrypts `src` into `dst[..src.len()]` (`dst` at least as long), advancing
+    /// the keystream: the relay's copy and the cipher in one pass where the cipher allows.
+    /// `dst` longer by [`CFB_SLACK`] saves CFB encryption a copy.
+    pub fn apply_to(&mut self, src: &[u8], dst: &mut [u8]) {
+        use StreamCrypt as S;
+        if let S::CfbE(c) = self {
+            return c.apply_to(src, dst);
+        }
+        let Some(d) = dst.get_mut(..src.len()) else {
+            return;
+        };
+        match self {
+            S::CfbE(_) => {}
+            S::Cfb128D(c) => c.apply_to(src, d),
+            S::Cfb192D(c) => c.apply_to(src, d),
+            S::Cfb256D(c) => c.apply_to(src, d),
+            _ => {
+                d.copy_from_slice(src);
+                self.apply(d);
+            }
         }
     }
 }
@@ -161,6 +287,38 @@ mod tests {
         assert_ne!(&x, b"round trip");
         b.apply(&mut x);
         assert_eq!(&x, b"round trip");
+    }
+
+    #[test]
+    fn cfb_matches_reference_in_any_pieces() {
+        use aes::cipher::KeyIvInit;
+        let (key, iv) = ([0x2bu8; 16], [0x11u8; 16]);
+        let pt: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut want = pt.clone();
+        cfb_mode::BufEncryptor::<aes::Aes128>::new_from_slices(&key, &iv)
+            .unwrap()
+            .encrypt(&mut want);
+        for pieces in [
+            &[1usize, 15, 16, 17, 100, 4096][..],
+            &[3, 29, 64, 5],
+            &[4999],
+        ] {
+            let mut e = StreamCrypt::new(Method::Aes128Cfb, &key, &iv, true).unwrap();
+            let mut d = StreamCrypt::new(Method::Aes128Cfb, &key, &iv, false).unwrap();
+            let (mut ct, mut back) = (vec![0u8; pt.len()], vec![0u8; pt.len()]);
+            let mut at = 0;
+            for &n in pieces.iter().cycle() {
+                let end = (at + n).min(pt.len());
+                e.apply_to(&pt[at..end], &mut ct[at..]);
+                d.apply_to(&want[at..end], &mut back[at..]);
+                at = end;
+                if at == pt.len() {
+                    break;
+                }
+            }
+            assert_eq!(ct, want, "{pieces:?}");
+            assert_eq!(back, pt, "{pieces:?}");
+        }
     }
 
     #[test]
