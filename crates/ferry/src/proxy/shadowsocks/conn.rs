@@ -409,6 +409,10 @@ impl AsyncRead for SsStream {
             let n = me.front.len().min(buf.remaining());
             buf.put_slice(&me.front[..n]);
             me.front.advance(n);
+            if me.front.is_empty() {
+                // Drop the allocation behind it (up to a whole 2022 initial payload).
+                me.front = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
