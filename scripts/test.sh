@@ -8,4 +8,9 @@ bash scripts/peers.sh ${FERRY_PEER_GROUPS:-all}
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo build --release -p ferry --bin ferry
-cargo test --workspace --release -- --test-threads=2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --release -- --test-threads=2 2>&1 | tee "$log"
+# One closing line over every test binary (the last binary cargo runs is often doc-tests with 0).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "Summary: %d passed, %d failed\n", p, f }' "$log"

@@ -48,16 +48,20 @@ enum Cmd {
         #[arg(short = 'c', long = "config", required = true)]
         config: Vec<String>,
     },
-    /// Print share links (vmess://) for a config's outbounds, or turn a link into an outbound.
-    Link {
-        /// Config whose VMess outbounds become links.
-        #[arg(short = 'c', long = "config")]
-        config: Vec<String>,
-        /// A vmess:// link to print as an outbound JSON object.
-        link: Option<String>,
-    },
     /// Print the version.
     Version,
+    /// Share links: turn an `ss://` or `vmess://` link into an outbound JSON object, or print the
+    /// links of a config (`-c`): `ss://` for shadowsocks inbound users, `vmess://` for VMess outbounds.
+    Link {
+        /// An `ss://` or `vmess://` link to turn into an outbound.
+        link: Option<String>,
+        /// Config whose shadowsocks inbounds' users get links.
+        #[arg(short = 'c', long = "config")]
+        config: Vec<String>,
+        /// Host name clients use to reach the server (default: the inbound's listen address).
+        #[arg(long)]
+        host: Option<String>,
+    },
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
     Uuid {
         #[arg(short = 'i', long = "input")]
@@ -241,28 +245,79 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
     })
 }
 
-/// `ferry link`: config -> vmess:// links, or a vmess:// link -> outbound JSON.
-fn link_cmd(sources: &[String], link: Option<&str>) -> Result<ExitCode> {
+/// `ferry link`: a `ss://` or `vmess://` link becomes an outbound JSON object; with `-c`, prints
+/// `ss://` links for the users of the config's shadowsocks inbounds and `vmess://` links for its
+/// VMess outbounds.
+fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> Result<ExitCode> {
+    use ferry::proxy::shadowsocks::link::{links_for_inbound, Link};
     use ferry::proxy::vmess::link::VmessLink;
     if let Some(l) = link {
-        let parsed = VmessLink::parse(l).map_err(|e| anyhow!("{e}"))?;
-        println!("{}", serde_json::to_string_pretty(&parsed.to_outbound())?);
+        let out = if l.starts_with("vmess://") {
+            VmessLink::parse(&l)
+                .map_err(|e| anyhow!("{e}"))?
+                .to_outbound()
+        } else {
+            Link::decode(&l)
+                .and_then(|l| l.to_outbound())
+                .map_err(|e| anyhow!("{e}"))?
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if sources.is_empty() {
-        return Err(anyhow!("give a config (-c FILE) or a vmess:// link"));
+    if config.is_empty() {
+        return Err(anyhow!(
+            "give an ss:// or vmess:// link, or -c CONFIG to print links"
+        ));
     }
     let mut docs = Vec::new();
-    for src in sources {
+    for src in &config {
         let (name, text) = read_source(src)?;
         docs.push(config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?);
     }
-    let links = VmessLink::from_config(&config::merge(docs));
-    if links.is_empty() {
-        return Err(anyhow!("no vmess outbound in the config"));
+    let merged = config::merge(docs);
+    let mut n = 0;
+    for ib in merged
+        .get("inbounds")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let proto = ib.get("protocol").and_then(|v| v.as_str()).unwrap_or("");
+        if !proto.eq_ignore_ascii_case("shadowsocks") {
+            continue;
+        }
+        let port = ib
+            .get("port")
+            .and_then(|v| {
+                v.as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            })
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| anyhow!("a shadowsocks inbound has no single port"))?;
+        let listen = ib
+            .get("listen")
+            .and_then(|v| v.as_str())
+            .unwrap_or("0.0.0.0");
+        let h = host.clone().unwrap_or_else(|| listen.to_string());
+        let settings = ib.get("settings").cloned().unwrap_or_default();
+        for (email, l) in links_for_inbound(&settings, &h, port).map_err(|e| anyhow!("{e}"))? {
+            let who = if email.is_empty() {
+                "(no email)".to_string()
+            } else {
+                email
+            };
+            println!("{who}\t{}", l.encode());
+            n += 1;
+        }
     }
-    for l in links {
+    for l in VmessLink::from_config(&merged) {
         println!("{}", l.to_link());
+        n += 1;
+    }
+    if n == 0 {
+        return Err(anyhow!(
+            "no shadowsocks inbound users or vmess outbounds in the config"
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -277,7 +332,6 @@ fn main() -> ExitCode {
             grace,
         }) => run(config, test, grace),
         Some(Cmd::Test { config }) => run(config, true, 0),
-        Some(Cmd::Link { config, link }) => link_cmd(&config, link.as_deref()),
         Some(Cmd::Version) => {
             println!(
                 "Ferry {} (Xray/V2Ray v4 config compatible)",
@@ -285,6 +339,7 @@ fn main() -> ExitCode {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Some(Cmd::Link { link, config, host }) => link_cmd(link, config, host),
         Some(Cmd::Uuid { input }) => {
             match input {
                 Some(s) => println!("{}", ferry::common::uuid::from_string(&s)),

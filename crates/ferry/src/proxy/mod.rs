@@ -6,6 +6,7 @@ pub mod dokodemo;
 pub mod freedom;
 pub mod head;
 pub mod http;
+pub mod shadowsocks;
 pub mod socks;
 pub mod vmess;
 
@@ -136,6 +137,7 @@ pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
     (&["socks", "mixed"], socks::build_inbound),
     (&["http"], http::build_inbound),
     (&["vmess"], vmess::build_inbound),
+    (&["shadowsocks", "ss"], shadowsocks::build_inbound),
 ];
 
 /// Outbound protocols by name (and Xray's aliases).
@@ -145,13 +147,13 @@ pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["socks"], socks::build_outbound),
     (&["http"], http::build_outbound),
     (&["vmess"], vmess::build_outbound),
+    (&["shadowsocks", "ss"], shadowsocks::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
 pub const KNOWN_ELSEWHERE: &[&str] = &[
     "vless",
     "trojan",
-    "shadowsocks",
     "dns",
     "wireguard",
     "hysteria",

@@ -1,0 +1,536 @@
+//! Shadowsocks server: authenticates the request header, then hands an [`SsStream`] to the
+//! dispatcher. UDP: per-packet (stream/AEAD) or per-session (2022) relay through [`UdpNat`].
+//!
+//! Probing resistance: a connection that fails authentication at any byte (short salt, wrong
+//! key, replayed salt, bad length, skewed 2022 clock, unknown EIH user) is never closed at once,
+//! which would tell a prober how many bytes the server wanted. As shadowsocks-rust does, the
+//! server keeps reading and discarding until the client closes (bounded by the level's
+//! `connIdle`), then closes. The failure is logged at info level.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::UdpSocket;
+
+use super::aead::{ChunkOpener, ChunkSealer, Error, AEAD_MAX_CHUNK, LEN_BLOCK, SS2022_MAX_CHUNK};
+use super::cipher::{aead_subkey, random, session_subkey_2022, AeadAlg, AeadCipher, Kind, Method};
+use super::conn::{Opener, Sealer, ServerParts, SsStream};
+use super::replay::{BloomPair, SaltPool};
+use super::stream_cipher::{StreamCrypt, OTA_FLAG};
+use super::{parse_server, ss2022, udp, Account, ServerConfig};
+use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
+use crate::common::addr::socks;
+use crate::common::{Destination, Network};
+use crate::config::reader::{Obj, Result};
+use crate::proxy::{InboundBuild, InboundCtx, InboundHandler, User};
+use crate::transport::BoxStream;
+
+/// Read buffer of an AEAD-edition connection: two full chunks.
+pub const AEAD_RBUF: usize = 2 * (LEN_BLOCK + AEAD_MAX_CHUNK + 16);
+/// Read buffer of a 2022 connection: one full chunk and some.
+pub const SS2022_RBUF: usize = LEN_BLOCK + SS2022_MAX_CHUNK + 16 + 16 * 1024;
+/// Read buffer of a stream-cipher connection.
+pub const STREAM_RBUF: usize = 32 * 1024;
+
+pub struct Inbound {
+    cfg: ServerConfig,
+    bloom: BloomPair,
+    pool: SaltPool,
+    /// 2022 UDP: per client address, the server's side of the session.
+    udp: Mutex<HashMap<SocketAddr, UdpPeer>>,
+}
+
+pub fn build(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
+    Ok(Arc::new(Inbound::new(parse_server(o)?)))
+}
+
+/// What a server learned from a request header.
+struct Accepted {
+    user: User,
+    dest: Option<Destination>,
+    parts: ServerParts,
+}
+
+impl Inbound {
+    pub fn new(cfg: ServerConfig) -> Inbound {
+        Inbound {
+            cfg,
+            bloom: BloomPair::default(),
+            pool: SaltPool::default(),
+            udp: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn handshake(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+        match self.cfg.method.kind() {
+            Kind::Aead2022 => self.handshake_2022(s).await,
+            Kind::Aead => self.handshake_aead(s).await,
+            Kind::Stream | Kind::None => self.handshake_stream(s).await,
+        }
+    }
+
+    async fn handshake_aead(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+        let max_salt = self
+            .cfg
+            .users
+            .iter()
+            .map(|u| u.method.salt_len())
+            .max()
+            .unwrap_or(32);
+        let mut head = vec![0u8; max_salt + LEN_BLOCK];
+        read_exact(s, &mut head).await?;
+        let (acct, cipher, len) = try_users(&self.cfg.users, &head).ok_or(Error::Auth)?;
+        let sl = acct.method.salt_len();
+        if !self.bloom.check_and_insert(&head[..sl]) {
+            return Err(Error::Replay);
+        }
+        let nl = acct.method.nonce_len();
+        let mut opener = ChunkOpener::new(cipher, nl, AEAD_MAX_CHUNK);
+        opener.resume_with_len(len)?;
+        let (sealer, salt) = aead_sealer(acct);
+        let parts = ServerParts {
+            opener: Opener::Aead(opener),
+            prefill: head[sl + LEN_BLOCK..].to_vec(),
+            front: Bytes::new(),
+            sealer: Sealer::Aead(sealer),
+            head: salt,
+            rcap: AEAD_RBUF,
+        };
+        Ok(Accepted {
+            user: acct.user.clone(),
+            dest: None,
+            parts,
+        })
+    }
+
+    async fn handshake_stream(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+        let acct = self.cfg.users.first().ok_or(Error::UnknownUser)?;
+        let m = acct.method;
+        let mut iv = vec![0u8; m.salt_len()];
+        read_exact(s, &mut iv).await?;
+        if m.kind() == Kind::Stream && !self.bloom.check_and_insert(&iv) {
+            return Err(Error::Replay);
+        }
+        let opener = match m.kind() {
+            Kind::Stream => {
+                Opener::Stream(StreamCrypt::new(m, &acct.key, &iv, false).ok_or(Error::Auth)?)
+            }
+            _ => Opener::Plain,
+        };
+        let mut siv = vec![0u8; m.salt_len()];
+        random(&mut siv);
+        let sealer = match m.kind() {
+            Kind::Stream => {
+                Sealer::Stream(StreamCrypt::new(m, &acct.key, &siv, true).ok_or(Error::Auth)?)
+            }
+            _ => Sealer::Plain,
+        };
+        let parts = ServerParts {
+            opener,
+            prefill: Vec::new(),
+            front: Bytes::new(),
+            sealer,
+            head: siv,
+            rcap: STREAM_RBUF,
+        };
+        Ok(Accepted {
+            user: acct.user.clone(),
+            dest: None,
+            parts,
+        })
+    }
+
+    async fn handshake_2022(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+        let m = self.cfg.method;
+        let sl = m.salt_len();
+        let eih = if self.cfg.ipsk.is_some() { 16 } else { 0 };
+        let fixed_sealed = ss2022::FIXED_LEN + 16;
+        let mut head = vec![0u8; sl + eih + fixed_sealed];
+        read_exact(s, &mut head).await?;
+        let (salt, rest) = head.split_at_mut(sl);
+        let acct = match &self.cfg.ipsk {
+            Some(ipsk) => {
+                let h = ss2022::eih_tcp_open(ipsk, salt, &rest[..16]).ok_or(Error::Auth)?;
+                self.cfg
+                    .users
+                    .iter()
+                    .find(|u| u.hash == h)
+                    .ok_or(Error::UnknownUser)?
+            }
+            None => self.cfg.users.first().ok_or(Error::UnknownUser)?,
+        };
+        let alg = AeadAlg::of(m).ok_or(Error::Auth)?;
+        let cipher =
+            AeadCipher::new(alg, &session_subkey_2022(&acct.key, salt)).ok_or(Error::Auth)?;
+        let mut opener = ChunkOpener::new(cipher, 12, SS2022_MAX_CHUNK);
+        let fixed = &mut rest[eih..];
+        opener.open_block(fixed)?;
+        let l = ss2022::parse_fixed(&fixed[..ss2022::FIXED_LEN])?;
+        if !self.pool.check_and_insert(salt) {
+            return Err(Error::Replay);
+        }
+        let mut var = vec![0u8; ss2022::sealed_len(l)];
+        read_exact(s, &mut var).await?;
+        opener.open_block(&mut var)?;
+        let (dest, payload) = ss2022::parse_variable(&var[..l])?;
+        let mut ssalt = vec![0u8; sl];
+        random(&mut ssalt);
+        let sc =
+            AeadCipher::new(alg, &session_subkey_2022(&acct.key, &ssalt)).ok_or(Error::Auth)?;
+        let sealer = ChunkSealer::new(sc, 12, SS2022_MAX_CHUNK)
+            .with_first_prefix(ss2022::response_prefix(salt));
+        let parts = ServerParts {
+            opener: Opener::Aead(opener),
+            prefill: Vec::new(),
+            front: Bytes::copy_from_slice(&var[payload]),
+            sealer: Sealer::Aead(sealer),
+            head: ssalt,
+            rcap: SS2022_RBUF,
+        };
+        Ok(Accepted {
+            user: acct.user.clone(),
+            dest: Some(dest),
+            parts,
+        })
+    }
+}
+
+/// Tries each user's key on the first length block (as Xray does for multi-user AEAD).
+/// Returns the user, its keyed opener and the first chunk's length.
+pub fn try_users<'a>(
+    users: &'a [Account],
+    head: &[u8],
+) -> Option<(&'a Account, AeadCipher, usize)> {
+    for u in users {
+        let sl = u.method.salt_len();
+        let Some(block) = head.get(sl..sl + LEN_BLOCK) else {
+            continue;
+        };
+        let Some(alg) = AeadAlg::of(u.method) else {
+            continue;
+        };
+        let Some(c) = AeadCipher::new(alg, &aead_subkey(&u.key, &head[..sl])) else {
+            continue;
+        };
+        let mut lb = [0u8; LEN_BLOCK];
+        lb.copy_from_slice(block);
+        if c.open(&[0u8; 24][..alg.nonce_len()], &mut lb).is_ok() {
+            return Some((u, c, u16::from_be_bytes([lb[0], lb[1]]) as usize));
+        }
+    }
+    None
+}
+
+fn aead_sealer(acct: &Account) -> (ChunkSealer, Vec<u8>) {
+    let m = acct.method;
+    let mut salt = vec![0u8; m.salt_len()];
+    random(&mut salt);
+    let alg = AeadAlg::of(m).unwrap_or(AeadAlg::Aes256Gcm);
+    let c = AeadCipher::new(alg, &aead_subkey(&acct.key, &salt))
+        .or_else(|| AeadCipher::new(AeadAlg::Aes256Gcm, &[0; 32]))
+        .expect("a 32-byte AES-256 key is always valid");
+    (ChunkSealer::new(c, m.nonce_len(), AEAD_MAX_CHUNK), salt)
+}
+
+async fn read_exact<R: AsyncRead + Unpin + ?Sized>(
+    s: &mut R,
+    buf: &mut [u8],
+) -> std::result::Result<(), Error> {
+    s.read_exact(buf)
+        .await
+        .map(|_| ())
+        .map_err(|_| Error::Truncated)
+}
+
+/// Reads and discards until the client closes or `limit` passes (anti-probing, see module doc).
+pub async fn drain<R: AsyncRead + Unpin + ?Sized>(s: &mut R, limit: Duration) {
+    let mut sink = tokio::io::sink();
+    let _ = tokio::time::timeout(limit, tokio::io::copy(s, &mut sink)).await;
+}
+
+/// Reads the target address from the decrypted stream (AEAD/stream editions).
+async fn read_address(s: &mut SsStream) -> io::Result<(Destination, bool)> {
+    let mut buf = Vec::with_capacity(64);
+    let mut tmp = [0u8; 512];
+    loop {
+        if let Some(&first) = buf.first() {
+            let ota = first & OTA_FLAG != 0;
+            let mut probe = buf.clone();
+            probe[0] &= 0x0F;
+            match socks::decode(&probe) {
+                Ok(Some((dest, n))) => {
+                    s.unread(&buf[n..]);
+                    return Ok((dest, ota));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+            }
+        }
+        if buf.len() > 300 {
+            return Err(io::ErrorKind::InvalidData.into());
+        }
+        let n = s.read(&mut tmp).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+#[async_trait]
+impl InboundHandler for Inbound {
+    async fn handle_tcp(&self, mut stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+        if !self.cfg.networks.contains(&Network::Tcp) {
+            return Ok(());
+        }
+        let limit = ctx.dispatcher.handshake_timeout();
+        let idle = ctx
+            .dispatcher
+            .policy
+            .level(0)
+            .conn_idle
+            .max(Duration::from_secs(1));
+        let acc = match tokio::time::timeout(limit, self.handshake(&mut stream)).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                tracing::info!(
+                    "[{}] shadowsocks: rejected {}: {e}; draining",
+                    ctx.tag,
+                    ctx.source
+                );
+                drain(&mut stream, idle).await;
+                return Ok(());
+            }
+            Err(_) => {
+                tracing::info!(
+                    "[{}] shadowsocks: handshake from {} timed out; draining",
+                    ctx.tag,
+                    ctx.source
+                );
+                drain(&mut stream, idle).await;
+                return Ok(());
+            }
+        };
+        let Accepted { user, dest, parts } = acc;
+        let mut ss = SsStream::server(stream, parts);
+        let dest = match dest {
+            Some(d) => d,
+            None => match tokio::time::timeout(limit, read_address(&mut ss)).await {
+                Ok(Ok((_, true))) => {
+                    tracing::info!("[{}] shadowsocks: {} asked for one-time auth, which is not supported; draining", ctx.tag, ctx.source);
+                    drain(&mut ss, idle).await;
+                    return Ok(());
+                }
+                Ok(Ok((d, false))) => d,
+                Ok(Err(e)) => {
+                    tracing::info!(
+                        "[{}] shadowsocks: bad request from {}: {e}; draining",
+                        ctx.tag,
+                        ctx.source
+                    );
+                    drain(&mut ss, idle).await;
+                    return Ok(());
+                }
+                Err(_) => {
+                    tracing::info!(
+                        "[{}] shadowsocks: no address from {} in time",
+                        ctx.tag,
+                        ctx.source
+                    );
+                    drain(&mut ss, idle).await;
+                    return Ok(());
+                }
+            },
+        };
+        let mut session = ctx.session(dest, Network::Tcp, "shadowsocks");
+        if !user.email.is_empty() {
+            session.user = Some(user);
+        } else {
+            session.user = Some(user).filter(|u| u.level != 0);
+        }
+        ctx.dispatcher
+            .dispatch_tcp(session, Box::new(ss))
+            .await
+            .map(|_| ())
+    }
+
+    fn networks(&self) -> &[Network] {
+        &self.cfg.networks
+    }
+
+    async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
+        let idle = ctx.dispatcher.policy.level(0).conn_idle;
+        let reply = Arc::new(Reply {
+            socket: socket.clone(),
+            method: self.cfg.method,
+            peers: Mutex::new(HashMap::new()),
+        });
+        let nat = UdpNat::new(ctx.dispatcher.clone(), reply.clone(), idle);
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        loop {
+            let (n, from) = socket.recv_from(&mut buf).await?;
+            let pkt = &mut buf[..n];
+            match self.decode_udp(pkt, from) {
+                Ok((dest, range, acct, peer)) => {
+                    reply.set(from, peer);
+                    let mut c = ctx.clone();
+                    c.source = from;
+                    let mut s = c.session(dest, Network::Udp, "shadowsocks");
+                    s.user =
+                        Some(acct.user.clone()).filter(|u| !u.email.is_empty() || u.level != 0);
+                    nat.send(s, Bytes::copy_from_slice(&pkt[range]));
+                }
+                Err(e) => tracing::info!(
+                    "[{}] shadowsocks udp: dropped packet from {from}: {e}",
+                    ctx.tag
+                ),
+            }
+        }
+    }
+}
+
+impl Inbound {
+    fn decode_udp(
+        &self,
+        pkt: &mut [u8],
+        from: SocketAddr,
+    ) -> std::result::Result<(Destination, std::ops::Range<usize>, &Account, UdpPeer), Error> {
+        if self.cfg.method.kind() != Kind::Aead2022 {
+            for u in &self.cfg.users {
+                // Multi-user AEAD: try each key; decode works in place, so try on a copy.
+                let mut copy = pkt.to_vec();
+                if let Ok((d, r)) = udp::decode_simple(u.method, &u.key, &mut copy) {
+                    pkt.copy_from_slice(&copy);
+                    return Ok((
+                        d,
+                        r,
+                        u,
+                        UdpPeer::Simple {
+                            method: u.method,
+                            key: u.key.clone(),
+                        },
+                    ));
+                }
+            }
+            return Err(Error::Auth);
+        }
+        let users: Vec<(&[u8], [u8; 16])> = match &self.cfg.ipsk {
+            Some(_) => self
+                .cfg
+                .users
+                .iter()
+                .map(|u| (u.key.as_slice(), u.hash))
+                .collect(),
+            None => Vec::new(),
+        };
+        let first = self.cfg.users.first().ok_or(Error::UnknownUser)?;
+        let r = udp::Receiver2022 {
+            method: self.cfg.method,
+            header_key: self.cfg.ipsk.as_deref().unwrap_or(&first.key),
+            users: &users,
+            key: &first.key,
+            from_server: false,
+        };
+        let p = udp::decode_2022(&r, pkt)?;
+        let acct = p.user.and_then(|i| self.cfg.users.get(i)).unwrap_or(first);
+        let mut map = self.udp.lock().unwrap_or_else(|e| e.into_inner());
+        let st = map.entry(from).or_insert_with(|| {
+            UdpPeer2022 {
+                client_session: p.session_id,
+                server_session: udp::new_session_id(),
+                window: udp::Window::default(),
+                next_id: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                key: acct.key.clone(),
+            }
+            .into_peer()
+        });
+        let UdpPeer::S2022(st) = st else {
+            return Err(Error::Auth);
+        };
+        if st.client_session != p.session_id {
+            // A new client session from this address: start over.
+            st.client_session = p.session_id;
+            st.window = udp::Window::default();
+            st.key = acct.key.clone();
+        }
+        if !st.window.check(p.packet_id) {
+            return Err(Error::Replay);
+        }
+        st.window.record(p.packet_id);
+        let peer = UdpPeer::S2022(st.clone());
+        Ok((p.addr, p.payload, acct, peer))
+    }
+}
+
+/// The server's side of a 2022 UDP session with one client.
+#[derive(Clone)]
+pub struct UdpPeer2022 {
+    client_session: u64,
+    server_session: u64,
+    window: udp::Window,
+    next_id: Arc<std::sync::atomic::AtomicU64>,
+    key: Vec<u8>,
+}
+
+impl UdpPeer2022 {
+    fn into_peer(self) -> UdpPeer {
+        UdpPeer::S2022(self)
+    }
+}
+
+/// How to encrypt replies to one client address.
+#[derive(Clone)]
+pub enum UdpPeer {
+    Simple { method: Method, key: Vec<u8> },
+    S2022(UdpPeer2022),
+}
+
+struct Reply {
+    socket: Arc<UdpSocket>,
+    method: Method,
+    peers: Mutex<HashMap<SocketAddr, UdpPeer>>,
+}
+
+impl Reply {
+    fn set(&self, client: SocketAddr, p: UdpPeer) {
+        let mut m = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        m.insert(client, p);
+    }
+}
+
+#[async_trait]
+impl UdpReply for Reply {
+    async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()> {
+        let peer = {
+            let m = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            m.get(&client).cloned()
+        };
+        let Some(peer) = peer else { return Ok(()) };
+        let mut out = Vec::with_capacity(data.len() + 96);
+        match &peer {
+            UdpPeer::Simple { method, key } => {
+                udp::encode_simple(*method, key, from, data, &mut out)
+            }
+            UdpPeer::S2022(p) => {
+                let id = p.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let s = udp::Sender2022 {
+                    method: self.method,
+                    header_key: &p.key,
+                    ipsks: &[],
+                    user_key: &p.key,
+                    session_id: p.server_session,
+                    packet_id: id,
+                    client_session_id: Some(p.client_session),
+                };
+                udp::encode_2022(&s, from, data, &mut out);
+            }
+        }
+        self.socket.send_to(&out, client).await.map(|_| ())
+    }
+}

@@ -1,0 +1,286 @@
+//! `shadowsocks`: stream ciphers (+ OTA), AEAD (SIP004), and 2022 (SIP022/SIP023), TCP and UDP.
+//!
+//! * `cipher.rs`: methods, key derivation, the AEAD enum. `stream_cipher.rs`: legacy ciphers.
+//! * `aead.rs`: the chunk codec; `ss2022.rs`: 2022 headers and EIH; `udp.rs`: packet codecs.
+//! * `conn.rs`: the stream the relay copies through; `replay.rs`: salt filters.
+//! * `inbound.rs` / `outbound.rs`: the thin async adapters; `link.rs`: SIP002 `ss://` links.
+
+pub mod aead;
+pub mod cipher;
+pub mod conn;
+pub mod fuzz;
+pub mod inbound;
+pub mod link;
+pub mod outbound;
+pub mod replay;
+pub mod ss2022;
+pub mod stream_cipher;
+pub mod udp;
+
+use std::sync::Arc;
+
+use crate::common::Network;
+use crate::config::reader::{ConfigError, Obj, Result};
+use crate::proxy::User;
+use cipher::{Kind, Method};
+
+pub use inbound::build as build_inbound;
+pub use outbound::build as build_outbound;
+
+/// One user a server accepts.
+#[derive(Clone)]
+pub struct Account {
+    pub method: Method,
+    /// Master key (stream/AEAD) or uPSK (2022).
+    pub key: Vec<u8>,
+    pub user: User,
+    /// BLAKE3(key)[..16]: how 2022 EIH names this user.
+    pub hash: [u8; 16],
+}
+
+/// A server's settings.
+pub struct ServerConfig {
+    /// The method of a 2022 or single-user server (multi-user AEAD: per user).
+    pub method: Method,
+    /// 2022 with users: the server's identity PSK (EIH mode).
+    pub ipsk: Option<Vec<u8>>,
+    pub users: Vec<Account>,
+    pub networks: Vec<Network>,
+}
+
+fn parse_method(o: &Obj<'_>, key: &str) -> Result<Option<Method>> {
+    let Some(m) = o.str(key)? else {
+        return Ok(None);
+    };
+    Method::parse(&m).map(Some).ok_or_else(|| {
+        ConfigError::new(
+            o.key_path(key),
+            format!(
+                "unknown method {m:?} (supported: {})",
+                Method::ALL
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })
+}
+
+fn key_for(o: &Obj<'_>, method: Method, password: &str) -> Result<Vec<u8>> {
+    method
+        .key_from_password(password)
+        .map_err(|e| ConfigError::new(o.key_path("password"), e))
+}
+
+fn user_of(o: &Obj<'_>, default_email: &str) -> Result<User> {
+    let email = o.str("email")?.unwrap_or_else(|| default_email.to_string());
+    let level = o.u64("level")?.unwrap_or(0) as u32;
+    Ok(User {
+        email: email.as_str().into(),
+        level,
+    })
+}
+
+fn networks(o: &Obj<'_>) -> Result<Vec<Network>> {
+    let mut v = Vec::new();
+    for n in o.str_list("network")?.unwrap_or_else(|| vec!["tcp".into()]) {
+        match n.to_ascii_lowercase().as_str() {
+            "tcp" => v.push(Network::Tcp),
+            "udp" => v.push(Network::Udp),
+            other => {
+                return Err(ConfigError::new(
+                    o.key_path("network"),
+                    format!("unknown network {other:?}"),
+                ))
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// Reads an inbound's `settings` (Xray's single-user, multi-user AEAD and 2022 EIH forms).
+pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
+    let method = parse_method(o, "method")?;
+    let password = o.str("password")?;
+    let clients = o.objs(&["clients", "users"])?;
+    o.ignore(&["ivCheck", "udp"]);
+    let networks = networks(o)?;
+    let top_user = user_of(o, "")?;
+    if let Some(m) = method.filter(|m| m.kind() == Kind::Aead2022) {
+        let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
+        let psk = key_for(o, m, &pw)?;
+        if clients.is_empty() {
+            let hash = cipher::psk_hash16(&psk);
+            return Ok(ServerConfig {
+                method: m,
+                ipsk: None,
+                users: vec![Account {
+                    method: m,
+                    key: psk,
+                    user: top_user,
+                    hash,
+                }],
+                networks,
+            });
+        }
+        if m == Method::Blake3Chacha20Poly1305 {
+            return Err(ConfigError::new(
+                o.key_path("clients"),
+                "2022-blake3-chacha20-poly1305 has no multi-user mode (identity headers need AES)",
+            ));
+        }
+        let mut users = Vec::new();
+        for c in &clients {
+            if let Some(um) = parse_method(c, "method")? {
+                if um != m {
+                    return Err(ConfigError::new(
+                        c.key_path("method"),
+                        "users of a 2022 server must not set their own method",
+                    ));
+                }
+            }
+            if c.has("address") || c.has("port") {
+                return Err(ConfigError::new(
+                    c.path(),
+                    "Shadowsocks 2022 relay users (address/port) are not supported",
+                ));
+            }
+            let pw = c.req_str("password")?;
+            let key = key_for(c, m, &pw)?;
+            users.push(Account {
+                method: m,
+                hash: cipher::psk_hash16(&key),
+                key,
+                user: user_of(c, "")?,
+            });
+        }
+        for c in clients {
+            c.finish();
+        }
+        return Ok(ServerConfig {
+            method: m,
+            ipsk: Some(psk),
+            users,
+            networks,
+        });
+    }
+    let mut users = Vec::new();
+    if clients.is_empty() {
+        let m = method.ok_or_else(|| ConfigError::new(o.key_path("method"), "is required"))?;
+        let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
+        let key = key_for(o, m, &pw)?;
+        users.push(Account {
+            method: m,
+            hash: [0; 16],
+            key,
+            user: top_user,
+        });
+    } else {
+        for c in &clients {
+            let m = parse_method(c, "method")?
+                .or(method)
+                .ok_or_else(|| ConfigError::new(c.key_path("method"), "is required"))?;
+            if m.kind() == Kind::Aead2022 {
+                return Err(ConfigError::new(
+                    c.key_path("method"),
+                    "a 2022 method belongs on the inbound, with users carrying only keys",
+                ));
+            }
+            let pw = c.req_str("password")?;
+            users.push(Account {
+                method: m,
+                hash: [0; 16],
+                key: key_for(c, m, &pw)?,
+                user: user_of(c, "")?,
+            });
+        }
+        if users.len() > 1 && users.iter().any(|u| u.method.kind() != Kind::Aead) {
+            return Err(ConfigError::new(
+                o.key_path("clients"),
+                "several users on one port need AEAD methods (stream ciphers cannot tell users apart)",
+            ));
+        }
+        for c in clients {
+            c.finish();
+        }
+    }
+    Ok(ServerConfig {
+        method: users.first().map(|u| u.method).unwrap_or(Method::None),
+        ipsk: None,
+        users,
+        networks,
+    })
+}
+
+/// A client's settings: one server, one user.
+#[derive(Clone)]
+pub struct ClientConfig {
+    pub server: crate::common::Destination,
+    pub method: Method,
+    /// Master key (stream/AEAD) or uPSK (2022).
+    pub key: Vec<u8>,
+    /// 2022 identity keys in front of the user key (EIH), in order.
+    pub ipsks: Vec<Vec<u8>>,
+}
+
+impl ClientConfig {
+    /// Builds from method and password (2022: `iPSK1:…:uPSK`).
+    pub fn new(
+        server: crate::common::Destination,
+        method: Method,
+        password: &str,
+    ) -> std::result::Result<ClientConfig, String> {
+        if method.kind() == Kind::Aead2022 {
+            let mut keys = password
+                .split(':')
+                .map(|k| cipher::decode_psk(k, method.key_len()))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let key = keys.pop().ok_or("empty password")?;
+            if !keys.is_empty() && method == Method::Blake3Chacha20Poly1305 {
+                return Err("identity keys (EIH) need a 2022 AES method".into());
+            }
+            return Ok(ClientConfig {
+                server,
+                method,
+                key,
+                ipsks: keys,
+            });
+        }
+        Ok(ClientConfig {
+            server,
+            method,
+            key: method.key_from_password(password)?,
+            ipsks: Vec::new(),
+        })
+    }
+}
+
+/// Reads an outbound's `settings`: `servers[0]` or the flattened form.
+pub fn parse_client(o: &Obj<'_>) -> Result<(ClientConfig, Arc<str>)> {
+    let servers = o.objs(&["servers"])?;
+    let s = match servers.len() {
+        0 => None,
+        1 => servers.into_iter().next(),
+        _ => {
+            return Err(ConfigError::new(
+                o.key_path("servers"),
+                "exactly one server is supported (use several outbounds and a balancer)",
+            ))
+        }
+    };
+    let s = s.as_ref().unwrap_or(o);
+    let addr = s.req_str("address")?;
+    let port = s
+        .port("port")?
+        .ok_or_else(|| ConfigError::new(s.key_path("port"), "is required"))?;
+    let method = parse_method(s, "method")?
+        .ok_or_else(|| ConfigError::new(s.key_path("method"), "is required"))?;
+    let pw = s.req_str("password")?;
+    let email = s.str("email")?.unwrap_or_default();
+    s.ignore(&["level", "ivCheck", "uot", "UoTVersion"]);
+    let dest = crate::common::Destination::new(crate::common::Address::parse(&addr), port);
+    let cfg = ClientConfig::new(dest, method, &pw)
+        .map_err(|e| ConfigError::new(s.key_path("password"), e))?;
+    Ok((cfg, email.as_str().into()))
+}
