@@ -259,7 +259,14 @@ async fn splice_relay(
     let pipe = pool::PIPE_SIZE;
     let upf = splice_dir(&a.sock, &b.sock, pipe, &counters.up, &activity);
     let downf = splice_dir(&b.sock, &a.sock, pipe, &counters.down, &activity);
-    let (u, d, timed_out) = drive(upf, downf, opts, &activity).await?;
+    let (mut upf, mut downf) = (std::pin::pin!(upf), std::pin::pin!(downf));
+    let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
+        Dir::Up => upf.as_mut().poll(cx),
+        Dir::Down => downf.as_mut().poll(cx),
+    };
+    let (u, d, timed_out) = drive(poll_dir, opts, &activity).await?;
+    // A direction cut short by a timer was counted live in `counters`; its total here is 0.
+    let (u, d) = (u.unwrap_or(0), d.unwrap_or(0));
     Ok(RelayStats {
         up: up + u,
         down: down + d,
@@ -268,25 +275,30 @@ async fn splice_relay(
     })
 }
 
-/// Runs both directions with the idle / half-close timers; returns the byte counts.
-async fn drive<U, D>(
-    up: U,
-    down: D,
+/// Which way a transfer goes: uplink is client -> server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Up,
+    Down,
+}
+
+/// How both directions of a relay ended: bytes of each finished direction, and the timer
+/// that fired, if one did.
+type Ended = (Option<u64>, Option<u64>, Option<&'static str>);
+
+/// Polls both directions (through `poll_dir`) with the idle / half-close timers until both
+/// finish, one fails, or a timer fires.
+async fn drive(
+    mut poll_dir: impl FnMut(&mut Context<'_>, Dir) -> Poll<io::Result<u64>>,
     opts: &RelayOpts,
     activity: &Activity,
-) -> io::Result<(u64, u64, Option<&'static str>)>
-where
-    U: Future<Output = io::Result<u64>>,
-    D: Future<Output = io::Result<u64>>,
-{
-    let mut up = std::pin::pin!(up);
-    let mut down = std::pin::pin!(down);
+) -> io::Result<Ended> {
     let mut timer = IdleTimer::new(opts.conn_idle, "connIdle");
     let (mut up_n, mut down_n): (Option<u64>, Option<u64>) = (None, None);
     std::future::poll_fn(|cx| loop {
         let mut progressed = false;
         if up_n.is_none() {
-            if let Poll::Ready(r) = up.as_mut().poll(cx) {
+            if let Poll::Ready(r) = poll_dir(cx, Dir::Up) {
                 up_n = Some(r?);
                 progressed = true;
                 if down_n.is_none() {
@@ -295,7 +307,7 @@ where
             }
         }
         if down_n.is_none() {
-            if let Poll::Ready(r) = down.as_mut().poll(cx) {
+            if let Poll::Ready(r) = poll_dir(cx, Dir::Down) {
                 down_n = Some(r?);
                 progressed = true;
                 if up_n.is_none() {
@@ -303,16 +315,14 @@ where
                 }
             }
         }
-        if let (Some(u), Some(d)) = (up_n, down_n) {
-            return Poll::Ready(Ok((u, d, None)));
+        if up_n.is_some() && down_n.is_some() {
+            return Poll::Ready(Ok((up_n, down_n, None)));
         }
         if progressed {
             continue;
         }
         return match timer.poll_expired(cx, activity) {
-            Poll::Ready(name) => {
-                Poll::Ready(Ok((up_n.unwrap_or(0), down_n.unwrap_or(0), Some(name))))
-            }
+            Poll::Ready(name) => Poll::Ready(Ok((up_n, down_n, Some(name)))),
             Poll::Pending => Poll::Pending,
         };
     })
@@ -430,50 +440,24 @@ async fn copy_relay(
     let activity = Activity::new();
     let mut upd = CopyDir::new(opts.buffer_size);
     let mut downd = CopyDir::new(opts.buffer_size);
-    let mut timer = IdleTimer::new(opts.conn_idle, "connIdle");
-    let (mut up_n, mut down_n): (Option<u64>, Option<u64>) = (None, None);
-    let act = &activity;
-    let res = std::future::poll_fn(|cx| loop {
-        let mut progressed = false;
-        if up_n.is_none() {
-            if let Poll::Ready(r) =
-                upd.poll_copy(cx, Pin::new(&mut *a), Pin::new(&mut *b), &counters.up, act)
-            {
-                up_n = Some(r?);
-                progressed = true;
-                if down_n.is_none() {
-                    timer.set(opts.downlink_only, "downlinkOnly", act);
-                }
-            }
-        }
-        if down_n.is_none() {
-            if let Poll::Ready(r) = downd.poll_copy(
-                cx,
-                Pin::new(&mut *b),
-                Pin::new(&mut *a),
-                &counters.down,
-                act,
-            ) {
-                down_n = Some(r?);
-                progressed = true;
-                if up_n.is_none() {
-                    timer.set(opts.uplink_only, "uplinkOnly", act);
-                }
-            }
-        }
-        if let (Some(u), Some(d)) = (up_n, down_n) {
-            return Poll::Ready(Ok::<_, io::Error>((u, d, None)));
-        }
-        if progressed {
-            continue;
-        }
-        return match timer.poll_expired(cx, act) {
-            Poll::Ready(name) => Poll::Ready(Ok((upd.total, downd.total, Some(name)))),
-            Poll::Pending => Poll::Pending,
-        };
-    })
-    .await;
-    let (up, down, timed_out) = res?;
+    let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
+        Dir::Up => upd.poll_copy(
+            cx,
+            Pin::new(&mut *a),
+            Pin::new(&mut *b),
+            &counters.up,
+            &activity,
+        ),
+        Dir::Down => downd.poll_copy(
+            cx,
+            Pin::new(&mut *b),
+            Pin::new(&mut *a),
+            &counters.down,
+            &activity,
+        ),
+    };
+    let (up, down, timed_out) = drive(poll_dir, opts, &activity).await?;
+    let (up, down) = (up.unwrap_or(upd.total), down.unwrap_or(downd.total));
     Ok(RelayStats {
         up,
         down,

@@ -148,19 +148,92 @@ fn chunk_nonce(count: u16, iv: &[u8; 16]) -> Nonce {
     Nonce::assume_unique_for_key(n)
 }
 
-/// SHAKE128(IV) read two bytes at a time (masks and padding lengths).
-struct Mask(Shake128Reader);
+/// Bytes of SHAKE128 output buffered at a time: two rate blocks (168 words).
+const MASK_BUF: usize = 2 * 168;
+
+/// SHAKE128(IV) as a stream of big-endian 16-bit words (masks and padding lengths), drawn
+/// from the XOF in bulk. Words can be looked at ahead ([`Mask::peek`]) and used up later
+/// ([`Mask::advance`]), so a writer can frame chunks before it knows how many the socket takes.
+struct Mask {
+    xof: Shake128Reader,
+    buf: [u8; MASK_BUF],
+    pos: usize,
+    end: usize,
+}
 
 impl Mask {
+    /// Most words [`Mask::peek`] can look ahead.
+    const LOOKAHEAD: usize = MASK_BUF / 2;
+
     fn new(iv: &[u8; 16]) -> Self {
         let mut s = Shake128::default();
         s.update(iv);
-        Mask(s.finalize_xof())
+        Mask {
+            xof: s.finalize_xof(),
+            buf: [0; MASK_BUF],
+            pos: 0,
+            end: 0,
+        }
     }
+
+    /// Makes sure at least `words` words are buffered (`words` ≤ [`Mask::LOOKAHEAD`]).
+    #[inline]
+    fn ensure(&mut self, words: usize) {
+        if self.end - self.pos < 2 * words {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
+            self.pos = 0;
+            self.xof.read(&mut self.buf[self.end..]);
+            self.end = MASK_BUF;
+        }
+    }
+
+    #[inline]
     fn next(&mut self) -> u16 {
-        let mut b = [0u8; 2];
-        self.0.read(&mut b);
-        u16::from_be_bytes(b)
+        let v = self.peek(0);
+        self.pos += 2;
+        v
+    }
+
+    /// The `i`-th word from now, without using it up (`i` < [`Mask::LOOKAHEAD`]).
+    #[inline]
+    fn peek(&mut self, i: usize) -> u16 {
+        self.ensure(i + 1);
+        let at = self.pos + 2 * i;
+        u16::from_be_bytes([self.buf[at], self.buf[at + 1]])
+    }
+
+    /// Uses up `words` words (all of them peeked before).
+    #[inline]
+    fn advance(&mut self, words: usize) {
+        self.ensure(words);
+        self.pos += 2 * words;
+    }
+}
+
+/// Random padding bytes, drawn from the system RNG a block at a time.
+struct PadPool {
+    buf: Box<[u8; 1024]>,
+    pos: usize,
+}
+
+impl PadPool {
+    fn new() -> Self {
+        PadPool {
+            buf: Box::new([0; 1024]),
+            pos: 1024,
+        }
+    }
+
+    /// Fills `out` (at most [`MAX_PADDING`] bytes) with random bytes.
+    fn fill(&mut self, out: &mut [u8]) {
+        if self.pos + out.len() > self.buf.len() {
+            let _ = aws_lc_rs::rand::fill(&mut self.buf[..]);
+            self.pos = 0;
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
     }
 }
 
@@ -264,12 +337,17 @@ pub struct Sealer {
     iv: [u8; 16],
     count: u16,
     cfb: Option<CfbEnc>,
+    pad: Option<PadPool>,
 }
+
+/// Chunks [`Sealer::stream_headers`] frames at most per call.
+pub const MAX_STREAM_HEADERS: usize = Mask::LOOKAHEAD;
 
 impl Sealer {
     /// `cfb` is the running CFB stream for legacy security (fresh, or the response header's).
     pub fn new(p: &BodyParams, cfb: Option<CfbEnc>) -> Result<Sealer, BodyError> {
         let (framing, size) = parts(p)?;
+        let pad = size.padding.then(PadPool::new);
         Ok(Sealer {
             framing,
             size,
@@ -280,12 +358,19 @@ impl Sealer {
             } else {
                 None
             },
+            pad,
         })
     }
 
     /// True when the body is passed through untouched (`zero`, `none` without chunk stream).
     pub fn is_passthrough(&self) -> bool {
         matches!(self.framing, Framing::Raw) && self.cfb.is_none()
+    }
+
+    /// True for `none` over TCP: `[size][data]` chunks whose payload goes out untouched, so a
+    /// writer can send it straight from the caller's buffer (see [`Sealer::stream_headers`]).
+    pub fn is_plain_stream(&self) -> bool {
+        matches!(self.framing, Framing::Stream) && self.cfb.is_none()
     }
 
     /// The most payload one chunk carries.
@@ -300,64 +385,119 @@ impl Sealer {
         }
     }
 
-    /// Appends `data` as chunks of at most [`Self::max_payload`] bytes. Legacy FNV checksums
-    /// of up to four chunks are computed together (independent chains run in parallel).
-    pub fn seal_all(&mut self, data: &[u8], out: &mut Vec<u8>) {
+    /// Output room one chunk of `len` payload bytes may need (padding included).
+    fn room(&self, len: usize) -> usize {
+        match &self.framing {
+            Framing::Raw => len,
+            Framing::Stream => 2 + len,
+            Framing::Auth(p) => {
+                let pad = if self.size.padding { MAX_PADDING } else { 0 };
+                self.size.len() + len + p.overhead() + pad
+            }
+        }
+    }
+
+    /// Seals as much of `data` as fits into `out`, as whole chunks of at most
+    /// [`Self::max_payload`] bytes; returns (payload bytes taken, bytes written). Legacy FNV
+    /// checksums of up to four chunks are computed together (independent chains run in parallel).
+    pub fn seal_all_to(&mut self, data: &[u8], out: &mut [u8]) -> (usize, usize) {
         let max = self.max_payload();
-        if !matches!(self.framing, Framing::Auth(Payload::Fnv)) {
-            for c in data.chunks(max) {
-                self.seal(c, out);
-            }
-            return;
-        }
-        let mut chunks = data.chunks(max);
-        loop {
-            let group: Vec<&[u8]> = chunks.by_ref().take(4).collect();
-            let sums = match group.as_slice() {
-                [] => return,
-                [a, b, c, d] => fnv1a32_many([a, b, c, d]).to_vec(),
-                [a, b] | [a, b, _] => {
-                    let mut v = fnv1a32_many([a, b]).to_vec();
-                    if let Some(c) = group.get(2) {
-                        v.push(fnv1a32(c));
-                    }
-                    v
+        let (mut taken, mut written) = (0, 0);
+        let fnv = matches!(self.framing, Framing::Auth(Payload::Fnv));
+        while taken < data.len() {
+            let rest = &data[taken..];
+            // Up to four chunks (only legacy uses more than one at a time).
+            let mut lens = [0usize; 4];
+            let mut k = 0;
+            let mut off = 0;
+            let mut room = 0;
+            while k < if fnv { 4 } else { 1 } && off < rest.len() {
+                let n = (rest.len() - off).min(max);
+                if written + room + self.room(n) > out.len() {
+                    break;
                 }
-                [a] => vec![fnv1a32(a)],
-                _ => group.iter().map(|c| fnv1a32(c)).collect(),
-            };
-            for (c, sum) in group.iter().zip(sums) {
-                self.seal_with(c, Some(sum), out);
+                lens[k] = n;
+                room += self.room(n);
+                off += n;
+                k += 1;
             }
+            if k == 0 {
+                break;
+            }
+            let mut sums = [None; 4];
+            if fnv {
+                let c = |i: usize| {
+                    let s: usize = lens[..i].iter().sum();
+                    &rest[s..s + lens[i]]
+                };
+                if k == 4 {
+                    let v = fnv1a32_many([c(0), c(1), c(2), c(3)]);
+                    sums = v.map(Some);
+                } else if k >= 2 {
+                    let v = fnv1a32_many([c(0), c(1)]);
+                    sums[0] = Some(v[0]);
+                    sums[1] = Some(v[1]);
+                }
+            }
+            let mut at = 0;
+            for (n, sum) in lens.iter().zip(sums).take(k) {
+                written += self.seal_with(&rest[at..at + n], sum, &mut out[written..]);
+                at += n;
+            }
+            taken += at;
         }
+        (taken, written)
+    }
+
+    /// Appends `data` as chunks of at most [`Self::max_payload`] bytes.
+    pub fn seal_all(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        let max = self.max_payload().max(1);
+        let chunks = data.len().div_ceil(max).max(1);
+        let start = out.len();
+        out.resize(start + chunks * self.room(max), 0);
+        let (_, n) = self.seal_all_to(data, &mut out[start..]);
+        out.truncate(start + n);
     }
 
     /// Appends one chunk carrying `payload` (at most [`Self::max_payload`] bytes) to `out`.
     pub fn seal(&mut self, payload: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + self.room(payload.len()), 0);
+        let n = self.seal_with(payload, None, &mut out[start..]);
+        out.truncate(start + n);
+    }
+
+    /// Seals one chunk of `payload` (at most [`Self::max_payload`] bytes) into `out` (at least
+    /// [`MAX_CHUNK`] bytes); returns its length.
+    pub fn seal_to(&mut self, payload: &[u8], out: &mut [u8]) -> usize {
         self.seal_with(payload, None, out)
     }
 
-    fn seal_with(&mut self, payload: &[u8], fnv: Option<u32>, out: &mut Vec<u8>) {
-        let start = out.len();
-        match &self.framing {
-            Framing::Raw => out.extend_from_slice(payload),
+    /// Seals one chunk of `payload` into `out` (at least [`Self::room`] bytes); returns its length.
+    fn seal_with(&mut self, payload: &[u8], fnv: Option<u32>, out: &mut [u8]) -> usize {
+        let len = match &self.framing {
+            Framing::Raw => {
+                out[..payload.len()].copy_from_slice(payload);
+                payload.len()
+            }
             Framing::Stream => {
                 let mut v = payload.len() as u16;
                 if let Some(m) = &mut self.size.mask {
                     v ^= m.next();
                 }
-                out.extend_from_slice(&v.to_be_bytes());
-                out.extend_from_slice(payload);
+                out[..2].copy_from_slice(&v.to_be_bytes());
+                out[2..2 + payload.len()].copy_from_slice(payload);
+                2 + payload.len()
             }
             Framing::Auth(p) => {
                 let pad = self.size.padding_len();
-                let sealed = payload.len() + p.overhead();
-                write_size(&mut self.size, (sealed + pad) as u16, p.overhead(), out);
+                let overhead = p.overhead();
+                let sealed = payload.len() + overhead;
+                let hl = write_size(&mut self.size, (sealed + pad) as u16, overhead, out);
+                let body = &mut out[hl..hl + sealed];
                 match p {
                     Payload::Aead(k) => {
-                        let at = out.len();
-                        out.resize(at + sealed, 0);
-                        let (ct, tag) = out[at..].split_at_mut(payload.len());
+                        let (ct, tag) = body.split_at_mut(payload.len());
                         // Sealing under 64 GiB with a valid key cannot fail.
                         let _ = k.seal_out_of_place_scatter(
                             chunk_nonce(self.count, &self.iv),
@@ -368,23 +508,56 @@ impl Sealer {
                             tag,
                         );
                     }
-                    Payload::NoOp => out.extend_from_slice(payload),
+                    Payload::NoOp => body.copy_from_slice(payload),
                     Payload::Fnv => {
                         let sum = fnv.unwrap_or_else(|| fnv1a32(payload));
-                        out.extend_from_slice(&sum.to_be_bytes());
-                        out.extend_from_slice(payload);
+                        body[..4].copy_from_slice(&sum.to_be_bytes());
+                        body[4..].copy_from_slice(payload);
                     }
                 }
                 self.count = self.count.wrapping_add(1);
                 if pad > 0 {
-                    let at = out.len();
-                    out.resize(at + pad, 0);
-                    let _ = aws_lc_rs::rand::fill(&mut out[at..]);
+                    let tail = &mut out[hl + sealed..hl + sealed + pad];
+                    match &mut self.pad {
+                        Some(pool) => pool.fill(tail),
+                        None => tail.fill(0),
+                    }
                 }
+                hl + sealed + pad
             }
-        }
+        };
         if let Some(c) = &mut self.cfb {
-            c.encrypt(&mut out[start..]);
+            c.encrypt(&mut out[..len]);
+        }
+        len
+    }
+
+    /// `none` over TCP ([`Self::is_plain_stream`]): frames `data` as chunks without using up
+    /// any mask. `hdrs[i]` gets the size field of chunk `i`; returns the number of chunks
+    /// (at most `hdrs.len()` and [`MAX_STREAM_HEADERS`]), each [`Self::max_payload`] bytes but
+    /// the last. Call [`Self::commit_headers`] with the number actually sent.
+    pub fn stream_headers(&mut self, data: &[u8], hdrs: &mut [[u8; 2]]) -> usize {
+        let max = self.max_payload();
+        let mut k = 0;
+        for (i, c) in data
+            .chunks(max)
+            .take(hdrs.len().min(MAX_STREAM_HEADERS))
+            .enumerate()
+        {
+            let mut v = c.len() as u16;
+            if let Some(m) = &mut self.size.mask {
+                v ^= m.peek(i);
+            }
+            hdrs[i] = v.to_be_bytes();
+            k = i + 1;
+        }
+        k
+    }
+
+    /// Uses up the masks of `n` chunks framed by [`Self::stream_headers`].
+    pub fn commit_headers(&mut self, n: usize) {
+        if let Some(m) = &mut self.size.mask {
+            m.advance(n);
         }
     }
 
@@ -394,21 +567,34 @@ impl Sealer {
             self.seal(&[], out);
         }
     }
+
+    /// Writes the end-of-stream marker into `out` (at least [`MAX_CHUNK`] bytes); returns its length.
+    pub fn seal_eof_to(&mut self, out: &mut [u8]) -> usize {
+        if matches!(self.framing, Framing::Raw) {
+            return 0;
+        }
+        self.seal_with(&[], None, out)
+    }
 }
 
-fn write_size(size: &mut SizeCodec, value: u16, overhead: usize, out: &mut Vec<u8>) {
+/// Writes the size field of a chunk whose sealed payload plus padding is `value` bytes; returns
+/// the field's length.
+fn write_size(size: &mut SizeCodec, value: u16, overhead: usize, out: &mut [u8]) -> usize {
     if let Some((k, iv, count)) = &mut size.auth {
-        let mut b = value.wrapping_sub(overhead as u16).to_be_bytes().to_vec();
-        let _ = k.seal_in_place_append_tag(chunk_nonce(*count, iv), Aad::empty(), &mut b);
+        let (len, tag) = out[..2 + TAG].split_at_mut(2);
+        len.copy_from_slice(&value.wrapping_sub(overhead as u16).to_be_bytes());
+        if let Ok(t) = k.seal_in_place_separate_tag(chunk_nonce(*count, iv), Aad::empty(), len) {
+            tag.copy_from_slice(t.as_ref());
+        }
         *count = count.wrapping_add(1);
-        out.extend_from_slice(&b);
-        return;
+        return 2 + TAG;
     }
     let mut v = value;
     if let Some(m) = &mut size.mask {
         v ^= m.next();
     }
-    out.extend_from_slice(&v.to_be_bytes());
+    out[..2].copy_from_slice(&v.to_be_bytes());
+    2
 }
 
 /// What [`Opener::open`] found at the front of the buffer.
@@ -418,6 +604,24 @@ pub enum Opened {
     NeedMore(usize),
     /// A chunk: its plaintext is `buf[start..end]`; `consumed` bytes of input are used up.
     Data {
+        start: usize,
+        end: usize,
+        consumed: usize,
+    },
+    /// The end-of-stream marker.
+    Eof,
+}
+
+/// What [`Opener::open_into`] did with the chunk at the front of the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OpenedInto {
+    /// The buffer must hold at least this many bytes (from its start) to go on.
+    NeedMore(usize),
+    /// `len` plaintext bytes went to the front of the destination; `consumed` bytes of input
+    /// are used up.
+    Copied { len: usize, consumed: usize },
+    /// The chunk was opened in place: its plaintext is `buf[start..end]`.
+    InPlace {
         start: usize,
         end: usize,
         consumed: usize,
@@ -487,13 +691,46 @@ impl Opener {
 
     /// Decodes the chunk at the front of `buf` (which went through [`Self::on_read`]).
     pub fn open(&mut self, buf: &mut [u8]) -> Result<Opened, BodyError> {
+        Ok(match self.open_into(buf, &mut [])? {
+            OpenedInto::NeedMore(n) => Opened::NeedMore(n),
+            OpenedInto::Eof => Opened::Eof,
+            OpenedInto::InPlace {
+                start,
+                end,
+                consumed,
+            } => Opened::Data {
+                start,
+                end,
+                consumed,
+            },
+            // Never with an empty destination.
+            OpenedInto::Copied { consumed, .. } => Opened::Data {
+                start: 0,
+                end: 0,
+                consumed,
+            },
+        })
+    }
+
+    /// Like [`Self::open`], but a chunk whose plaintext fits into a non-empty `dst` is
+    /// decrypted (or copied) straight into it ([`OpenedInto::Copied`]); a bigger one is
+    /// opened in place. Without chunk stream, as much as fits is copied.
+    pub fn open_into(&mut self, buf: &mut [u8], dst: &mut [u8]) -> Result<OpenedInto, BodyError> {
         let hl = self.size.len();
         match &self.framing {
             Framing::Raw => {
                 if buf.is_empty() {
-                    return Ok(Opened::NeedMore(1));
+                    return Ok(OpenedInto::NeedMore(1));
                 }
-                Ok(Opened::Data {
+                if !dst.is_empty() {
+                    let n = buf.len().min(dst.len());
+                    dst[..n].copy_from_slice(&buf[..n]);
+                    return Ok(OpenedInto::Copied {
+                        len: n,
+                        consumed: n,
+                    });
+                }
+                Ok(OpenedInto::InPlace {
                     start: 0,
                     end: buf.len(),
                     consumed: buf.len(),
@@ -504,7 +741,7 @@ impl Opener {
                     Some((s, _)) => s,
                     None => {
                         if buf.len() < 2 {
-                            return Ok(Opened::NeedMore(2));
+                            return Ok(OpenedInto::NeedMore(2));
                         }
                         let mut v = u16::from_be_bytes([buf[0], buf[1]]);
                         if let Some(m) = &mut self.size.mask {
@@ -513,24 +750,31 @@ impl Opener {
                         if v == 0 {
                             if self.first && self.empty_first_is_data {
                                 self.first = false;
-                                return Ok(Opened::Data {
+                                return Ok(OpenedInto::InPlace {
                                     start: 2,
                                     end: 2,
                                     consumed: 2,
                                 });
                             }
-                            return Ok(Opened::Eof);
+                            return Ok(OpenedInto::Eof);
                         }
                         self.pending = Some((v as usize, 0));
                         v as usize
                     }
                 };
                 if buf.len() < 2 + size {
-                    return Ok(Opened::NeedMore(2 + size));
+                    return Ok(OpenedInto::NeedMore(2 + size));
                 }
                 self.pending = None;
                 self.first = false;
-                Ok(Opened::Data {
+                if !dst.is_empty() && size <= dst.len() {
+                    dst[..size].copy_from_slice(&buf[2..2 + size]);
+                    return Ok(OpenedInto::Copied {
+                        len: size,
+                        consumed: 2 + size,
+                    });
+                }
+                Ok(OpenedInto::InPlace {
                     start: 2,
                     end: 2 + size,
                     consumed: 2 + size,
@@ -542,7 +786,7 @@ impl Opener {
                     Some(v) => v,
                     None => {
                         if buf.len() < hl {
-                            return Ok(Opened::NeedMore(hl));
+                            return Ok(OpenedInto::NeedMore(hl));
                         }
                         let pad = self.size.padding_len();
                         let size = read_size(&mut self.size, &buf[..hl], overhead)?;
@@ -550,38 +794,53 @@ impl Opener {
                             return Err(BodyError::BadSize(size));
                         }
                         if size == overhead + pad && !(self.first && self.empty_first_is_data) {
-                            return Ok(Opened::Eof);
+                            return Ok(OpenedInto::Eof);
                         }
                         self.pending = Some((size, pad));
                         (size, pad)
                     }
                 };
                 if buf.len() < hl + size {
-                    return Ok(Opened::NeedMore(hl + size));
+                    return Ok(OpenedInto::NeedMore(hl + size));
                 }
                 self.pending = None;
                 let body = &mut buf[hl..hl + size - pad];
+                let plain = body.len() - overhead;
+                let fits = !dst.is_empty() && plain <= dst.len();
                 let (start, end) = match p {
                     Payload::Aead(k) => {
                         let nonce = chunk_nonce(self.count, &self.iv);
-                        let n = k
-                            .open_in_place(nonce, Aad::empty(), body)
-                            .map_err(|_| BodyError::Auth)?
-                            .len();
-                        (hl, hl + n)
+                        if fits {
+                            let (ct, tag) = body.split_at(plain);
+                            k.open_separate_gather(nonce, Aad::empty(), ct, tag, &mut dst[..plain])
+                                .map_err(|_| BodyError::Auth)?;
+                        } else {
+                            k.open_in_place(nonce, Aad::empty(), body)
+                                .map_err(|_| BodyError::Auth)?;
+                        }
+                        (hl, hl + plain)
                     }
-                    Payload::NoOp => (hl, hl + body.len()),
+                    Payload::NoOp => (hl, hl + plain),
                     Payload::Fnv => {
                         let want = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
                         if fnv1a32(&body[4..]) != want {
                             return Err(BodyError::Auth);
                         }
-                        (hl + 4, hl + body.len())
+                        (hl + 4, hl + 4 + plain)
                     }
                 };
                 self.count = self.count.wrapping_add(1);
                 self.first = false;
-                Ok(Opened::Data {
+                if fits {
+                    if !matches!(p, Payload::Aead(_)) {
+                        dst[..plain].copy_from_slice(&buf[start..end]);
+                    }
+                    return Ok(OpenedInto::Copied {
+                        len: plain,
+                        consumed: hl + size,
+                    });
+                }
+                Ok(OpenedInto::InPlace {
                     start,
                     end,
                     consumed: hl + size,
@@ -827,6 +1086,124 @@ mod tests {
                 0xbf9cf968
             ]
         );
+    }
+
+    #[test]
+    fn mask_peek_and_advance_follow_next() {
+        let mut a = Mask::new(&[9; 16]);
+        let mut b = Mask::new(&[9; 16]);
+        let want: Vec<u16> = (0..1000).map(|_| a.next()).collect();
+        let mut got = Vec::new();
+        while got.len() < 1000 {
+            let k = (got.len() % Mask::LOOKAHEAD).clamp(1, 1000 - got.len());
+            let peeked: Vec<u16> = (0..k).map(|i| b.peek(i)).collect();
+            b.advance(k);
+            got.extend(peeked);
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn stream_headers_match_sealed_chunks() {
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i * 13) as u8).collect();
+        let (mut a, _) = pair(Security::None, 0x05, false);
+        let (mut b, mut o) = pair(Security::None, 0x05, false);
+        assert!(a.is_plain_stream());
+        let mut want = Vec::new();
+        a.seal_all(&data, &mut want);
+        // Frame, "send" only part of the chunks, commit those, frame the rest again.
+        let mut wire = Vec::new();
+        let mut off = 0;
+        let max = b.max_payload();
+        while off < data.len() {
+            let mut hdrs = [[0u8; 2]; 5];
+            let k = b.stream_headers(&data[off..], &mut hdrs);
+            let sent = k.div_ceil(2);
+            for (h, c) in hdrs.iter().zip(data[off..].chunks(max)).take(sent) {
+                wire.extend_from_slice(h);
+                wire.extend_from_slice(c);
+                off += c.len();
+            }
+            b.commit_headers(sent);
+        }
+        assert_eq!(wire, want);
+        // And it decodes.
+        let mut got = Vec::new();
+        while let Opened::Data {
+            start,
+            end,
+            consumed,
+        } = o.open(&mut wire).unwrap()
+        {
+            got.extend_from_slice(&wire[start..end]);
+            wire.drain(..consumed);
+        }
+        assert_eq!(got, data);
+    }
+
+    #[test]
+    fn open_into_matches_open_for_every_destination_size() {
+        let data: Vec<u8> = (0..30_000u32).map(|i| (i * 7) as u8).collect();
+        for sec in [
+            Security::Aes128Gcm,
+            Security::Chacha20Poly1305,
+            Security::None,
+            Security::Legacy,
+        ] {
+            for opt in [0x00u8, 0x01, 0x05, 0x0d, 0x1d] {
+                for dst_len in [1usize, 100, 8000, 8192, 65536] {
+                    let (mut s, mut o) = pair(sec, opt, false);
+                    let mut wire = Vec::new();
+                    s.seal_all(&data, &mut wire);
+                    s.seal_eof(&mut wire);
+                    o.on_read(&mut wire);
+                    let mut got = Vec::new();
+                    let mut dst = vec![0u8; dst_len];
+                    loop {
+                        match o.open_into(&mut wire, &mut dst).unwrap() {
+                            OpenedInto::Copied { len, consumed } => {
+                                assert!(len <= dst_len);
+                                got.extend_from_slice(&dst[..len]);
+                                wire.drain(..consumed);
+                            }
+                            OpenedInto::InPlace {
+                                start,
+                                end,
+                                consumed,
+                            } => {
+                                assert!(end - start > dst_len || start == end);
+                                got.extend_from_slice(&wire[start..end]);
+                                wire.drain(..consumed);
+                            }
+                            OpenedInto::Eof | OpenedInto::NeedMore(_) => break,
+                        }
+                    }
+                    assert_eq!(got, data, "{sec:?} {opt:#x} dst {dst_len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn seal_all_to_stops_at_whole_chunks() {
+        let data = vec![3u8; 50_000];
+        let (mut s, mut o) = pair(Security::Aes128Gcm, 0x0d, false);
+        let mut out = vec![0u8; 20_000];
+        let (taken, written) = s.seal_all_to(&data, &mut out);
+        assert_eq!(taken % s.max_payload(), 0);
+        assert!(taken > 0 && written <= out.len());
+        let mut wire = out[..written].to_vec();
+        let mut got = 0;
+        while let Ok(Opened::Data {
+            start,
+            end,
+            consumed,
+        }) = o.open(&mut wire)
+        {
+            got += end - start;
+            wire.drain(..consumed);
+        }
+        assert_eq!(got, taken);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Fuzz entry points for the header and chunk decoders: plain functions that must never panic
 //! on any input (a unit test drives them with random inputs; a cargo-fuzz target can call them).
 
-use super::body::{BodyParams, Opened, Opener, Security};
+use super::body::{BodyParams, Opened, OpenedInto, Opener, Security};
 use super::header;
 
 /// Runs every header decoder on `data`.
@@ -58,10 +58,29 @@ pub fn chunk_decoder(data: &[u8]) {
     let mut buf: Vec<u8> = Vec::new();
     let mut fed = 0;
     let step = 1 + (a as usize >> 2);
+    // Bits of `b` the options do not use pick a destination for `open_into` (none: `open`).
+    let mut dst = vec![0u8; [0usize, 1, 7, 100, 8000, 8192, 16_384, 70_000][(b >> 5) as usize]];
     for _ in 0..100_000 {
-        match o.open(&mut buf) {
-            Err(_) | Ok(Opened::Eof) => return,
-            Ok(Opened::Data {
+        let r = if dst.is_empty() {
+            o.open(&mut buf).map(|r| match r {
+                Opened::NeedMore(n) => OpenedInto::NeedMore(n),
+                Opened::Eof => OpenedInto::Eof,
+                Opened::Data {
+                    start,
+                    end,
+                    consumed,
+                } => OpenedInto::InPlace {
+                    start,
+                    end,
+                    consumed,
+                },
+            })
+        } else {
+            o.open_into(&mut buf, &mut dst)
+        };
+        match r {
+            Err(_) | Ok(OpenedInto::Eof) => return,
+            Ok(OpenedInto::InPlace {
                 start,
                 end,
                 consumed,
@@ -69,7 +88,11 @@ pub fn chunk_decoder(data: &[u8]) {
                 assert!(start <= end && end <= consumed && consumed <= buf.len());
                 buf.drain(..consumed);
             }
-            Ok(Opened::NeedMore(n)) => {
+            Ok(OpenedInto::Copied { len, consumed }) => {
+                assert!(len <= dst.len() && consumed <= buf.len());
+                buf.drain(..consumed);
+            }
+            Ok(OpenedInto::NeedMore(n)) => {
                 assert!(n > buf.len());
                 if fed == wire.len() {
                     return;
