@@ -488,37 +488,33 @@ mod tests {
         }
     }
 
+    /// One end: writes `out` then half-closes while reading everything the other end sends.
+    fn end(
+        mut sock: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        out: Vec<u8>,
+    ) -> tokio::task::JoinHandle<Vec<u8>> {
+        tokio::spawn(async move {
+            let (mut r, mut w) = tokio::io::split(&mut sock);
+            let wr = async {
+                w.write_all(&out).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            let mut got = Vec::new();
+            let rd = r.read_to_end(&mut got);
+            let (_, n) = tokio::join!(wr, rd);
+            n.unwrap();
+            got
+        })
+    }
+
     /// Client writes `up` then half-closes; server side writes `down` then half-closes.
     async fn exchange(
-        mut client: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
-        mut server: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        client: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        server: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
         up: Vec<u8>,
         down: Vec<u8>,
     ) -> (Vec<u8>, Vec<u8>) {
-        let c = tokio::spawn(async move {
-            let (mut r, mut w) = tokio::io::split(&mut client);
-            let wr = async {
-                w.write_all(&up).await.unwrap();
-                w.shutdown().await.unwrap();
-            };
-            let mut got = Vec::new();
-            let rd = r.read_to_end(&mut got);
-            let (_, n) = tokio::join!(wr, rd);
-            n.unwrap();
-            got
-        });
-        let s = tokio::spawn(async move {
-            let (mut r, mut w) = tokio::io::split(&mut server);
-            let wr = async {
-                w.write_all(&down).await.unwrap();
-                w.shutdown().await.unwrap();
-            };
-            let mut got = Vec::new();
-            let rd = r.read_to_end(&mut got);
-            let (_, n) = tokio::join!(wr, rd);
-            n.unwrap();
-            got
-        });
+        let (c, s) = (end(client, up), end(server, down));
         (c.await.unwrap(), s.await.unwrap())
     }
 

@@ -303,6 +303,34 @@ pub struct BodyParams {
     pub req_iv: [u8; 16],
 }
 
+impl BodyParams {
+    /// The two directions of one session: uplink under the request key/IV, downlink under the
+    /// response key/IV (`resp`), both with the request's security and options.
+    pub fn pair(
+        security: Security,
+        opt: u8,
+        packet: bool,
+        req: ([u8; 16], [u8; 16]),
+        resp: ([u8; 16], [u8; 16]),
+    ) -> (BodyParams, BodyParams) {
+        let up = BodyParams {
+            security,
+            opt,
+            packet,
+            key: req.0,
+            iv: req.1,
+            req_key: req.0,
+            req_iv: req.1,
+        };
+        let down = BodyParams {
+            key: resp.0,
+            iv: resp.1,
+            ..up
+        };
+        (up, down)
+    }
+}
+
 fn parts(p: &BodyParams) -> Result<(Framing, SizeCodec), BodyError> {
     let stream = p.opt & OPT_CHUNK_STREAM != 0;
     let masking = p.opt & OPT_CHUNK_MASKING != 0;

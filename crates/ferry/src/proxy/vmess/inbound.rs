@@ -362,20 +362,8 @@ impl InboundHandler for Inbound {
             Some(enc)
         };
         let packet = network == Network::Udp;
-        let up = BodyParams {
-            security,
-            opt: req.opt,
-            packet,
-            key: req.key,
-            iv: req.iv,
-            req_key: req.key,
-            req_iv: req.iv,
-        };
-        let down = BodyParams {
-            key: rkey,
-            iv: riv,
-            ..up
-        };
+        let (up, down) =
+            BodyParams::pair(security, req.opt, packet, (req.key, req.iv), (rkey, riv));
         let mut opener =
             Opener::new(&up, Some(header::cfb_dec(&req.key, &req.iv))).map_err(io::Error::from)?;
         if !packet {

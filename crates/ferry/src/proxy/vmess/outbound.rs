@@ -184,20 +184,7 @@ pub fn client_handshake(
         header::response_keys_aead(&req.key, &req.iv)
     };
     let packet = cmd == Command::Udp;
-    let up = BodyParams {
-        security,
-        opt,
-        packet,
-        key: req.key,
-        iv: req.iv,
-        req_key: req.key,
-        req_iv: req.iv,
-    };
-    let down = BodyParams {
-        key: rkey,
-        iv: riv,
-        ..up
-    };
+    let (up, down) = BodyParams::pair(security, opt, packet, (req.key, req.iv), (rkey, riv));
     let sealer =
         Sealer::new(&up, Some(header::cfb_enc(&req.key, &req.iv))).map_err(io::Error::from)?;
     let (head, ocfb) = if legacy {
