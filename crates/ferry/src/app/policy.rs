@@ -39,7 +39,12 @@ impl LevelPolicy {
             conn_idle: self.conn_idle,
             uplink_only: self.uplink_only,
             downlink_only: self.downlink_only,
-            buffer_size: self.buffer_size.unwrap_or(pool::DEFAULT_SIZE),
+            // Xray's bufferSize bounds what one connection buffers: it is the largest our copy
+            // buffer grows to. Unset: start at 32 KiB and grow to 256 KiB under bulk traffic.
+            buffer: match self.buffer_size {
+                Some(n) => pool::Adaptive::new(pool::DEFAULT_SIZE, n.min(pool::DEFAULT_SIZE), n),
+                None => pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
+            },
             splice: true,
         }
     }

@@ -1,8 +1,9 @@
 //! The Shadowsocks TCP stream after the header.
 //!
 //! Reading: ciphertext is read in large batches into a pooled buffer (several chunks per read
-//! syscall); each chunk that fits the caller's buffer is decrypted straight into it (no copy
-//! afterwards), a larger one in place and copied out. Writing: each write is sealed, length
+//! syscall; the buffer grows from the edition's minimum to about 256 KiB while reads fill it);
+//! each chunk that fits the caller's buffer is decrypted straight into it (no copy afterwards),
+//! a larger one in place and copied out. Writing: each write (up to 256 KiB) is sealed, length
 //! blocks and payloads together, into one pooled output buffer that leaves in one write
 //! syscall (AES-GCM encrypts out of place, so the plaintext is read once). Both buffers go back
 //! to the per-thread pool whenever they are empty, so an idle connection holds none.
@@ -25,10 +26,12 @@ use crate::transport::{BoxStream, Stream};
 
 /// How long a client waits for the first payload before sending its header alone (as Xray).
 pub const FIRST_PAYLOAD_WAIT: Duration = Duration::from_millis(100);
-/// Plaintext sealed per `poll_write` at most.
-const WRITE_MAX: usize = 128 * 1024;
-/// Pooled output buffer: a full write plus its framing (and a request header) fits.
-const OUT_CAP: usize = WRITE_MAX + 4 * 1024;
+/// Plaintext sealed per `poll_write` at most (the relay's largest copy buffer).
+const WRITE_MAX: usize = pool::MAX_SIZE;
+/// Smallest output buffer taken from the pool, so small writes share one size.
+const OUT_MIN: usize = 16 * 1024;
+/// Largest read-ahead buffer: a full relay buffer's worth of chunks with their framing.
+const READ_MAX: usize = pool::MAX_SIZE + pool::MAX_SIZE / 16;
 
 /// The decrypting half of a connection.
 pub enum Opener {
@@ -71,23 +74,23 @@ pub struct OutBuf {
 }
 
 impl OutBuf {
-    /// `n` writable bytes after the pending ones; [`OutBuf::commit`] what was used.
-    pub fn room(&mut self, n: usize) -> &mut [u8] {
+    /// Makes room for `n` more bytes after the pending ones (one buffer for a whole write).
+    pub fn reserve(&mut self, n: usize) {
         let need = self.len + n;
         if self.buf.as_ref().map_or(0, |b| b.len()) < need {
-            let mut nb = if need <= OUT_CAP {
-                pool::take(OUT_CAP)
-            } else {
-                vec![0u8; need].into_boxed_slice()
-            };
+            let mut nb = pool::take(need.max(OUT_MIN));
             if let Some(old) = self.buf.take() {
                 nb[..self.len].copy_from_slice(&old[..self.len]);
-                if old.len() == OUT_CAP {
-                    pool::put(old);
-                }
+                pool::put(old);
             }
             self.buf = Some(nb);
         }
+    }
+
+    /// `n` writable bytes after the pending ones; [`OutBuf::commit`] what was used.
+    pub fn room(&mut self, n: usize) -> &mut [u8] {
+        let need = self.len + n;
+        self.reserve(n);
         match self.buf.as_mut() {
             Some(b) => &mut b[self.len..need],
             None => &mut [],
@@ -119,9 +122,7 @@ impl OutBuf {
         self.len = 0;
         self.pos = 0;
         if let Some(b) = self.buf.take() {
-            if b.len() == OUT_CAP {
-                pool::put(b);
-            }
+            pool::put(b);
         }
     }
 }
@@ -146,7 +147,11 @@ impl Sealer {
     pub fn seal(&mut self, data: &[u8], out: &mut OutBuf) {
         match self {
             Sealer::Aead(s) => {
-                for c in data.chunks(s.max_chunk().max(1)) {
+                let mc = s.max_chunk().max(1);
+                let (full, rest) = (data.len() / mc, data.len() % mc);
+                let rest = if rest > 0 { s.sealed_len(rest) } else { 0 };
+                out.reserve(full * s.sealed_len(mc) + rest);
+                for c in data.chunks(mc) {
                     let w = s.seal_chunk_to(c, out.room(s.sealed_len(c.len())));
                     out.commit(w);
                 }
@@ -188,6 +193,7 @@ pub struct ServerParts {
     pub front: Bytes,
     pub sealer: Sealer,
     pub head: Vec<u8>,
+    /// Smallest read-ahead buffer (the edition's: it must hold one whole chunk).
     pub rcap: usize,
 }
 
@@ -197,7 +203,8 @@ pub struct SsStream {
     rkey: ReadKey,
     /// Ciphertext read ahead (`start..end`), from the pool while it holds bytes.
     rbuf: Option<Box<[u8]>>,
-    rcap: usize,
+    /// Read-ahead size: from the edition's minimum up to [`READ_MAX`] while reads fill it.
+    rsize: pool::Adaptive,
     start: usize,
     end: usize,
     /// Plaintext of a chunk opened in place that the caller has not taken yet.
@@ -259,7 +266,7 @@ impl SsStream {
             inner,
             rkey,
             rbuf: None,
-            rcap,
+            rsize: pool::Adaptive::new(rcap, rcap, READ_MAX.max(rcap)),
             start: 0,
             end: 0,
             plain: 0..0,
@@ -277,15 +284,45 @@ impl SsStream {
         if data.is_empty() {
             return;
         }
-        let n = data.len().min(self.rcap);
-        self.rbuf_mut()[..n].copy_from_slice(&data[..n]);
-        self.end = n;
+        let mut b = pool::take(self.rsize.size.max(data.len()));
+        b[..data.len()].copy_from_slice(data);
+        self.rbuf = Some(b);
+        self.start = 0;
+        self.end = data.len();
     }
 
-    /// The read buffer, taken from the pool if none is held.
-    fn rbuf_mut(&mut self) -> &mut [u8] {
-        let cap = self.rcap;
-        self.rbuf.get_or_insert_with(|| pool::take(cap))
+    /// Makes the read buffer ready for a read that must bring the pending bytes up to at
+    /// least `need`: takes one from the pool (of the current adaptive size) if none is held or
+    /// the held one is smaller, and moves pending bytes to the front when `need` would not
+    /// fit after them. Returns the buffer.
+    fn rbuf_for_read(&mut self, need: usize) -> &mut [u8] {
+        let want = self.rsize.size.max(need);
+        let pending = self.end - self.start;
+        match self.rbuf.take() {
+            Some(b) if b.len() >= want => {
+                let mut b = b;
+                if pending == 0 {
+                    self.start = 0;
+                    self.end = 0;
+                } else if self.start + need > b.len() {
+                    b.copy_within(self.start..self.end, 0);
+                    self.start = 0;
+                    self.end = pending;
+                }
+                self.rbuf = Some(b);
+            }
+            old => {
+                let mut nb = pool::take(want);
+                if let Some(old) = old {
+                    nb[..pending].copy_from_slice(&old[self.start..self.end]);
+                    pool::put(old);
+                }
+                self.start = 0;
+                self.end = pending;
+                self.rbuf = Some(nb);
+            }
+        }
+        self.rbuf.as_deref_mut().unwrap_or_default()
     }
 
     /// Gives the read buffer back when it holds nothing (idle connections keep no buffer).
@@ -303,6 +340,12 @@ impl SsStream {
     /// they have not left yet.
     pub fn client_iv(&self) -> &[u8] {
         &self.head
+    }
+
+    /// The read-ahead size reads currently aim for (for tests).
+    #[cfg(test)]
+    fn read_ahead_size(&self) -> usize {
+        self.rsize.size
     }
 
     /// Whether the connection currently holds pooled buffers (for tests).
@@ -486,22 +529,17 @@ impl AsyncRead for SsStream {
                     ))
                 });
             }
-            if need > me.rcap {
+            if need > me.rsize.max {
                 return Poll::Ready(Err(Error::TooLong(need).into()));
             }
-            let (start, end, rcap) = (me.start, me.end, me.rcap);
-            let rb = me.rbuf_mut();
-            if start == end {
-                me.start = 0;
-                me.end = 0;
-            } else if start + need > rcap {
-                rb.copy_within(start..end, 0);
-                me.end -= start;
-                me.start = 0;
-            }
+            let rb = me.rbuf_for_read(need);
+            let len = rb.len();
             let end = me.end;
-            let rb = me.rbuf.get_or_insert_with(|| pool::take(rcap));
-            let mut r = ReadBuf::new(&mut rb[end..]);
+            let rb = match me.rbuf.as_deref_mut() {
+                Some(b) => &mut b[end..],
+                None => &mut [],
+            };
+            let mut r = ReadBuf::new(rb);
             match Pin::new(&mut me.inner).poll_read(cx, &mut r) {
                 Poll::Pending => {
                     me.release_rbuf();
@@ -510,6 +548,7 @@ impl AsyncRead for SsStream {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(())) => {
                     let n = r.filled().len();
+                    me.rsize.record(n, len - end);
                     if n == 0 {
                         me.eof = true;
                         me.release_rbuf();
@@ -671,5 +710,47 @@ mod tests {
         let r = tokio::time::timeout(Duration::from_millis(50), c.read(&mut one)).await;
         assert!(r.is_err());
         assert!(!c.holds_buffers() && !s.holds_buffers());
+    }
+
+    #[tokio::test]
+    async fn read_ahead_grows_under_bulk_and_keeps_partial_chunks() {
+        let (mut c, mut s) = pair();
+        let data: Vec<u8> = (0..3_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let d2 = data.clone();
+        let w = tokio::spawn(async move {
+            // Odd write sizes: chunk boundaries fall anywhere in the server's reads, so the
+            // read-ahead often grows while part of a chunk is pending.
+            let sizes = [262_144usize, 1, 99_999, 262_144, 16_384, 5, 300_000];
+            let (mut at, mut k) = (0, 0);
+            while at < d2.len() {
+                let n = sizes[k % sizes.len()].min(d2.len() - at);
+                c.write_all(&d2[at..at + n]).await.unwrap();
+                at += n;
+                k += 1;
+            }
+            c.shutdown().await.unwrap();
+            c
+        });
+        let mut addr = [0u8; 7];
+        s.read_exact(&mut addr).await.unwrap();
+        let (mut got, mut buf, mut largest) = (Vec::new(), vec![0u8; pool::MAX_SIZE], 0);
+        loop {
+            let n = s.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            largest = largest.max(s.read_ahead_size());
+        }
+        assert_eq!(got.len(), data.len());
+        assert!(got == data, "plaintext differs");
+        assert!(
+            largest > AEAD_RBUF,
+            "read-ahead stayed at {largest} bytes under bulk traffic"
+        );
+        assert!(largest <= READ_MAX);
+        drop(w.await.unwrap());
     }
 }

@@ -83,20 +83,14 @@ pub struct VmessStream {
     shut: bool,
 }
 
-/// A buffer of at least `size` bytes (pooled when exactly the pool's size).
+/// A pooled buffer of at least `size` and `want` bytes.
 fn take_buf(size: usize, want: usize) -> Box<[u8]> {
-    if want <= size {
-        pool::take(size)
-    } else {
-        vec![0u8; want].into_boxed_slice()
-    }
+    pool::take(size.max(want))
 }
 
-fn put_buf(b: Option<Box<[u8]>>, size: usize) {
+fn put_buf(b: Option<Box<[u8]>>) {
     if let Some(b) = b {
-        if b.len() == size {
-            pool::put(b);
-        }
+        pool::put(b);
     }
 }
 
@@ -170,7 +164,7 @@ impl VmessStream {
         }
         self.wpos = 0;
         self.wlen = 0;
-        put_buf(self.wbuf.take(), WRITE_BUF);
+        put_buf(self.wbuf.take());
         Poll::Ready(Ok(()))
     }
 
@@ -347,7 +341,7 @@ impl VmessStream {
             self.rpos = 0;
             self.rend = 0;
             self.plain = (0, 0);
-            put_buf(self.rbuf.take(), READ_BUF);
+            put_buf(self.rbuf.take());
         }
     }
 
