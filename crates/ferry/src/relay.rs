@@ -189,46 +189,65 @@ async fn write_raw(sock: &RawSock, mut data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-async fn splice_dir(
-    from: &RawSock,
-    to: &RawSock,
-    pipe_size: usize,
-    counters: &[Arc<AtomicU64>],
-    activity: &Activity,
-) -> io::Result<u64> {
-    let mut pipe: Option<sys::Pipe> = None;
-    let mut total = 0u64;
-    loop {
-        from.readable().await?;
-        let p = match &pipe {
-            Some(p) => p,
-            None => pipe.insert(sys::Pipe::new(pipe_size)?),
-        };
-        let (pr, pw) = (
-            std::os::fd::AsRawFd::as_raw_fd(&p.read),
-            std::os::fd::AsRawFd::as_raw_fd(&p.write),
-        );
-        // The pipe is empty here, so WouldBlock can only mean the socket has nothing to read.
-        let n = match from.try_read_io(|| sys::splice(from.fd(), pw, pipe_size)) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        };
-        if n == 0 {
-            to.shutdown_write()?;
-            return Ok(total);
-        }
-        let mut left = n;
-        while left > 0 {
-            match to.try_write_io(|| sys::splice(pr, to.fd(), left)) {
-                Ok(m) => {
-                    left -= m;
-                    total += m as u64;
-                    add(counters, m);
-                    activity.touch();
+/// One direction of the splice path as a small state machine (polled, so an idle connection
+/// keeps no readiness futures): bytes go socket -> pipe -> socket; the pipe is created on the
+/// first byte.
+#[derive(Default)]
+struct SpliceDir {
+    pipe: Option<sys::Pipe>,
+    /// Bytes sitting in the pipe.
+    left: usize,
+    total: u64,
+}
+
+impl SpliceDir {
+    fn poll_splice(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &RawSock,
+        to: &RawSock,
+        counters: &[Arc<AtomicU64>],
+        activity: &Activity,
+    ) -> Poll<io::Result<u64>> {
+        use std::os::fd::AsRawFd;
+        loop {
+            if self.left > 0 {
+                let pr = match &self.pipe {
+                    Some(p) => p.read.as_raw_fd(),
+                    None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                };
+                match to.try_write_io(|| sys::splice(pr, to.fd(), self.left)) {
+                    Ok(m) => {
+                        self.left -= m;
+                        self.total += m as u64;
+                        add(counters, m);
+                        activity.touch();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        ready!(to.poll_write_ready(cx))?;
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => to.writable().await?,
-                Err(e) => return Err(e),
+                continue;
+            }
+            ready!(from.poll_read_ready(cx))?;
+            let pw = match &self.pipe {
+                Some(p) => p.write.as_raw_fd(),
+                None => self
+                    .pipe
+                    .insert(sys::Pipe::new(pool::PIPE_SIZE)?)
+                    .write
+                    .as_raw_fd(),
+            };
+            // The pipe is empty here, so WouldBlock can only mean the socket has nothing to read.
+            match from.try_read_io(|| sys::splice(from.fd(), pw, pool::PIPE_SIZE)) {
+                Ok(0) => {
+                    to.shutdown_write()?;
+                    return Poll::Ready(Ok(self.total));
+                }
+                Ok(n) => self.left = n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
@@ -240,33 +259,41 @@ async fn splice_relay(
     opts: &RelayOpts,
     counters: &Counters,
 ) -> io::Result<RelayStats> {
+    let RawParts {
+        sock: a,
+        read_pending: a_read,
+        write_pending: a_write,
+    } = a;
+    let RawParts {
+        sock: b,
+        read_pending: b_read,
+        write_pending: b_write,
+    } = b;
     // Bytes held above the sockets go first: what each side still had to write, then what each
     // side had read ahead (which belongs to the other side).
-    write_raw(&a.sock, &a.write_pending).await?;
-    write_raw(&b.sock, &b.write_pending).await?;
-    let (mut up, mut down) = (0u64, 0u64);
-    if !a.read_pending.is_empty() {
-        write_raw(&b.sock, &a.read_pending).await?;
-        add(&counters.up, a.read_pending.len());
-        up += a.read_pending.len() as u64;
+    write_raw(&a, &a_write).await?;
+    drop(a_write);
+    write_raw(&b, &b_write).await?;
+    drop(b_write);
+    let (up, down) = (a_read.len() as u64, b_read.len() as u64);
+    if up > 0 {
+        write_raw(&b, &a_read).await?;
+        add(&counters.up, a_read.len());
     }
-    if !b.read_pending.is_empty() {
-        write_raw(&a.sock, &b.read_pending).await?;
-        add(&counters.down, b.read_pending.len());
-        down += b.read_pending.len() as u64;
+    drop(a_read);
+    if down > 0 {
+        write_raw(&a, &b_read).await?;
+        add(&counters.down, b_read.len());
     }
+    drop(b_read);
     let activity = Activity::new();
-    let pipe = pool::PIPE_SIZE;
-    let upf = splice_dir(&a.sock, &b.sock, pipe, &counters.up, &activity);
-    let downf = splice_dir(&b.sock, &a.sock, pipe, &counters.down, &activity);
-    let (mut upf, mut downf) = (std::pin::pin!(upf), std::pin::pin!(downf));
+    let (mut upd, mut downd) = (SpliceDir::default(), SpliceDir::default());
     let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
-        Dir::Up => upf.as_mut().poll(cx),
-        Dir::Down => downf.as_mut().poll(cx),
+        Dir::Up => upd.poll_splice(cx, &a, &b, &counters.up, &activity),
+        Dir::Down => downd.poll_splice(cx, &b, &a, &counters.down, &activity),
     };
     let (u, d, timed_out) = drive(poll_dir, opts, &activity).await?;
-    // A direction cut short by a timer was counted live in `counters`; its total here is 0.
-    let (u, d) = (u.unwrap_or(0), d.unwrap_or(0));
+    let (u, d) = (u.unwrap_or(upd.total), d.unwrap_or(downd.total));
     Ok(RelayStats {
         up: up + u,
         down: down + d,

@@ -88,6 +88,28 @@ impl RawSock {
         }
     }
 
+    /// Polls for read readiness (the socket's own waker slot: no future to keep).
+    pub fn poll_read_ready(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self {
+            RawSock::Tcp(s) => s.poll_read_ready(cx),
+            RawSock::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
+    /// Polls for write readiness.
+    pub fn poll_write_ready(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self {
+            RawSock::Tcp(s) => s.poll_write_ready(cx),
+            RawSock::Unix(s) => s.poll_write_ready(cx),
+        }
+    }
+
     /// Runs a non-blocking read-side syscall, clearing readiness on `WouldBlock`.
     pub fn try_read_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
         match self {
