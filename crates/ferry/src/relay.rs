@@ -142,19 +142,138 @@ impl IdleTimer {
 
 /// Moves bytes both ways between the client side `a` and the server side `b` until both
 /// directions finish, an error occurs, or a timeout fires.
-pub async fn run(
+///
+/// What an idle connection keeps is this future, so it is laid out to be small: the set-up
+/// (peeling both sides, writing bytes held above the sockets) runs in its own boxed future
+/// that is gone before the relay loop starts, and the loop's state is plain structs polled by
+/// hand (no readiness futures held per direction). Written as `fn -> impl Future` because an
+/// `async fn` keeps each argument twice in its state (the argument and its moved copy).
+#[allow(clippy::manual_async_fn)]
+pub fn run<'a>(
+    a: BoxStream,
+    b: BoxStream,
+    opts: &'a RelayOpts,
+    counters: &'a Counters,
+) -> impl Future<Output = io::Result<RelayStats>> + Send + 'a {
+    async move {
+        let (sides, up0, down0) = Box::pin(prepare(a, b, opts, counters)).await?;
+        sides.relay(opts, counters, up0, down0).await
+    }
+}
+
+/// The two sides as the relay loop drives them.
+enum Sides {
+    Splice {
+        a: RawSock,
+        b: RawSock,
+        up: SpliceDir,
+        down: SpliceDir,
+    },
+    Copy {
+        a: BoxStream,
+        b: BoxStream,
+        up: CopyDir,
+        down: CopyDir,
+    },
+}
+
+impl Sides {
+    fn copy(a: BoxStream, b: BoxStream, opts: &RelayOpts) -> Sides {
+        Sides::Copy {
+            a,
+            b,
+            up: CopyDir::new(opts.buffer),
+            down: CopyDir::new(opts.buffer),
+        }
+    }
+
+    /// Runs the loop; `up0` / `down0` bytes already moved during set-up.
+    #[allow(clippy::manual_async_fn)]
+    fn relay<'a>(
+        mut self,
+        opts: &'a RelayOpts,
+        counters: &'a Counters,
+        up0: u64,
+        down0: u64,
+    ) -> impl Future<Output = io::Result<RelayStats>> + Send + 'a {
+        async move {
+            let activity = Activity::new();
+            let (up, down, timed_out, spliced) = match &mut self {
+                Sides::Splice { a, b, up, down } => {
+                    let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
+                        Dir::Up => up.poll_splice(cx, a, b, &counters.up, &activity),
+                        Dir::Down => down.poll_splice(cx, b, a, &counters.down, &activity),
+                    };
+                    let (u, d, t) = drive(poll_dir, opts, &activity).await?;
+                    (u.unwrap_or(up.total), d.unwrap_or(down.total), t, true)
+                }
+                Sides::Copy { a, b, up, down } => {
+                    let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
+                        Dir::Up => up.poll_copy(
+                            cx,
+                            Pin::new(&mut **a),
+                            Pin::new(&mut **b),
+                            &counters.up,
+                            &activity,
+                        ),
+                        Dir::Down => down.poll_copy(
+                            cx,
+                            Pin::new(&mut **b),
+                            Pin::new(&mut **a),
+                            &counters.down,
+                            &activity,
+                        ),
+                    };
+                    let (u, d, t) = drive(poll_dir, opts, &activity).await?;
+                    (u.unwrap_or(up.total), d.unwrap_or(down.total), t, false)
+                }
+            };
+            Ok(RelayStats {
+                up: up0 + up,
+                down: down0 + down,
+                spliced,
+                timed_out,
+            })
+        }
+    }
+}
+
+/// Peels both sides (splice when both are raw sockets) and writes what was held above them.
+/// Returns the sides and the bytes moved while doing so (uplink, downlink).
+async fn prepare(
     a: BoxStream,
     b: BoxStream,
     opts: &RelayOpts,
     counters: &Counters,
-) -> io::Result<RelayStats> {
-    if opts.splice {
-        match (a.peel(), b.peel()) {
-            (Peel::Raw(a), Peel::Raw(b)) => return splice_relay(a, b, opts, counters).await,
-            (a, b) => return copy_relay(unpeel(a).await?, unpeel(b).await?, opts, counters).await,
+) -> io::Result<(Sides, u64, u64)> {
+    if !opts.splice {
+        return Ok((Sides::copy(a, b, opts), 0, 0));
+    }
+    match (a.peel(), b.peel()) {
+        (Peel::Raw(a), Peel::Raw(b)) => {
+            // Bytes held above the sockets go first: what each side still had to write, then
+            // what each side had read ahead (which belongs to the other side).
+            write_raw(&a.sock, &a.write_pending).await?;
+            write_raw(&b.sock, &b.write_pending).await?;
+            write_raw(&b.sock, &a.read_pending).await?;
+            add(&counters.up, a.read_pending.len());
+            write_raw(&a.sock, &b.read_pending).await?;
+            add(&counters.down, b.read_pending.len());
+            let (up, down) = (a.read_pending.len() as u64, b.read_pending.len() as u64);
+            let sides = Sides::Splice {
+                a: a.sock,
+                b: b.sock,
+                up: SpliceDir::default(),
+                down: SpliceDir::default(),
+            };
+            Ok((sides, up, down))
+        }
+        (a, b) => {
+            let a = unpeel(a).await?;
+            let b = unpeel(b).await?;
+            Ok((Sides::copy(a, b, opts), 0, 0))
         }
     }
-    copy_relay(a, b, opts, counters).await
 }
 
 async fn unpeel(p: Peel) -> io::Result<BoxStream> {
@@ -251,55 +370,6 @@ impl SpliceDir {
             }
         }
     }
-}
-
-async fn splice_relay(
-    a: RawParts,
-    b: RawParts,
-    opts: &RelayOpts,
-    counters: &Counters,
-) -> io::Result<RelayStats> {
-    let RawParts {
-        sock: a,
-        read_pending: a_read,
-        write_pending: a_write,
-    } = a;
-    let RawParts {
-        sock: b,
-        read_pending: b_read,
-        write_pending: b_write,
-    } = b;
-    // Bytes held above the sockets go first: what each side still had to write, then what each
-    // side had read ahead (which belongs to the other side).
-    write_raw(&a, &a_write).await?;
-    drop(a_write);
-    write_raw(&b, &b_write).await?;
-    drop(b_write);
-    let (up, down) = (a_read.len() as u64, b_read.len() as u64);
-    if up > 0 {
-        write_raw(&b, &a_read).await?;
-        add(&counters.up, a_read.len());
-    }
-    drop(a_read);
-    if down > 0 {
-        write_raw(&a, &b_read).await?;
-        add(&counters.down, b_read.len());
-    }
-    drop(b_read);
-    let activity = Activity::new();
-    let (mut upd, mut downd) = (SpliceDir::default(), SpliceDir::default());
-    let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
-        Dir::Up => upd.poll_splice(cx, &a, &b, &counters.up, &activity),
-        Dir::Down => downd.poll_splice(cx, &b, &a, &counters.down, &activity),
-    };
-    let (u, d, timed_out) = drive(poll_dir, opts, &activity).await?;
-    let (u, d) = (u.unwrap_or(upd.total), d.unwrap_or(downd.total));
-    Ok(RelayStats {
-        up: up + u,
-        down: down + d,
-        spliced: true,
-        timed_out,
-    })
 }
 
 /// Which way a transfer goes: uplink is client -> server.
@@ -464,41 +534,6 @@ impl Drop for CopyDir {
             pool::put(b);
         }
     }
-}
-
-async fn copy_relay(
-    mut a: BoxStream,
-    mut b: BoxStream,
-    opts: &RelayOpts,
-    counters: &Counters,
-) -> io::Result<RelayStats> {
-    let activity = Activity::new();
-    let mut upd = CopyDir::new(opts.buffer);
-    let mut downd = CopyDir::new(opts.buffer);
-    let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
-        Dir::Up => upd.poll_copy(
-            cx,
-            Pin::new(&mut *a),
-            Pin::new(&mut *b),
-            &counters.up,
-            &activity,
-        ),
-        Dir::Down => downd.poll_copy(
-            cx,
-            Pin::new(&mut *b),
-            Pin::new(&mut *a),
-            &counters.down,
-            &activity,
-        ),
-    };
-    let (up, down, timed_out) = drive(poll_dir, opts, &activity).await?;
-    let (up, down) = (up.unwrap_or(upd.total), down.unwrap_or(downd.total));
-    Ok(RelayStats {
-        up,
-        down,
-        spliced: false,
-        timed_out,
-    })
 }
 
 #[cfg(test)]

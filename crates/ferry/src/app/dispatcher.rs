@@ -111,63 +111,70 @@ impl Dispatcher {
     }
 
     /// Routes, dials and relays one TCP session to its end. `stream` is the client side,
-    /// positioned after the protocol header.
-    pub async fn dispatch_tcp(
+    /// positioned after the protocol header. This future is most of what an idle connection
+    /// costs: `fn -> impl Future` keeps `session` once (an `async fn` keeps each argument
+    /// twice), and only the relay options outlive the dial.
+    #[allow(clippy::manual_async_fn)]
+    pub fn dispatch_tcp(
         &self,
         session: Session,
         stream: BoxStream,
-    ) -> io::Result<RelayStats> {
-        let (tag, outbound, routed) = self.pick(&session).await;
-        self.access.accepted(&session, tag, routed);
-        let level = self.policy.level(session.level());
-        let remote = match tokio::time::timeout(
-            level.handshake.max(Duration::from_secs(1)),
-            outbound.dial_tcp(&session),
-        )
-        .await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::info!(
-                    "[{}] failed to dial {} via {}: {}",
+    ) -> impl std::future::Future<Output = io::Result<RelayStats>> + Send + '_ {
+        async move {
+            let (tag, outbound, routed) = self.pick(&session).await;
+            self.access.accepted(&session, tag, routed);
+            let (handshake, opts) = {
+                let level = self.policy.level(session.level());
+                (level.handshake, level.relay_opts())
+            };
+            let remote = match tokio::time::timeout(
+                handshake.max(Duration::from_secs(1)),
+                outbound.dial_tcp(&session),
+            )
+            .await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::info!(
+                        "[{}] failed to dial {} via {}: {}",
+                        session.inbound_tag,
+                        session.dest,
+                        tag,
+                        e
+                    );
+                    return Err(e);
+                }
+                Err(_) => {
+                    tracing::info!(
+                        "[{}] dial {} via {} timed out",
+                        session.inbound_tag,
+                        session.dest,
+                        tag
+                    );
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+            };
+            let counters = self.counters(&session, tag);
+            let r = relay::run(stream, remote, &opts, &counters).await;
+            match &r {
+                Ok(st) => tracing::debug!(
+                    "[{}] {} done: up {} down {} spliced {} timeout {:?}",
                     session.inbound_tag,
                     session.dest,
-                    tag,
+                    st.up,
+                    st.down,
+                    st.spliced,
+                    st.timed_out
+                ),
+                Err(e) => tracing::debug!(
+                    "[{}] {} relay ended: {}",
+                    session.inbound_tag,
+                    session.dest,
                     e
-                );
-                return Err(e);
+                ),
             }
-            Err(_) => {
-                tracing::info!(
-                    "[{}] dial {} via {} timed out",
-                    session.inbound_tag,
-                    session.dest,
-                    tag
-                );
-                return Err(io::ErrorKind::TimedOut.into());
-            }
-        };
-        let counters = self.counters(&session, tag);
-        let opts = level.relay_opts();
-        let r = relay::run(stream, remote, &opts, &counters).await;
-        match &r {
-            Ok(st) => tracing::debug!(
-                "[{}] {} done: up {} down {} spliced {} timeout {:?}",
-                session.inbound_tag,
-                session.dest,
-                st.up,
-                st.down,
-                st.spliced,
-                st.timed_out
-            ),
-            Err(e) => tracing::debug!(
-                "[{}] {} relay ended: {}",
-                session.inbound_tag,
-                session.dest,
-                e
-            ),
+            r
         }
-        r
     }
 
     /// Routes a UDP session (by its first destination) and opens the outbound's packet channel.

@@ -302,12 +302,14 @@ async fn read_address(s: &mut SsStream) -> io::Result<Request> {
     }
 }
 
-#[async_trait]
-impl InboundHandler for Inbound {
-    async fn handle_tcp(&self, mut stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
-        if !self.cfg.networks.contains(&Network::Tcp) {
-            return Ok(());
-        }
+impl Inbound {
+    /// The handshake of one TCP connection: the session and the decrypting stream, or `None`
+    /// when it failed (after draining, as shadowsocks-rust does).
+    async fn accept_tcp(
+        &self,
+        mut stream: BoxStream,
+        ctx: &InboundCtx,
+    ) -> io::Result<Option<(crate::proxy::Session, BoxStream)>> {
         let limit = ctx.dispatcher.handshake_timeout();
         let idle = ctx
             .dispatcher
@@ -324,7 +326,7 @@ impl InboundHandler for Inbound {
                     ctx.source
                 );
                 drain(&mut stream, idle).await;
-                return Ok(());
+                return Ok(None);
             }
             Err(_) => {
                 tracing::info!(
@@ -333,7 +335,7 @@ impl InboundHandler for Inbound {
                     ctx.source
                 );
                 drain(&mut stream, idle).await;
-                return Ok(());
+                return Ok(None);
             }
         };
         let Accepted {
@@ -351,7 +353,7 @@ impl InboundHandler for Inbound {
                     Err(why) => {
                         tracing::info!("[{}] shadowsocks: {} {why}; draining", ctx.tag, ctx.source);
                         drain(&mut ss, idle).await;
-                        return Ok(());
+                        return Ok(None);
                     }
                 },
                 Ok(Err(e)) => {
@@ -361,7 +363,7 @@ impl InboundHandler for Inbound {
                         ctx.source
                     );
                     drain(&mut ss, idle).await;
-                    return Ok(());
+                    return Ok(None);
                 }
                 Err(_) => {
                     tracing::info!(
@@ -370,7 +372,7 @@ impl InboundHandler for Inbound {
                         ctx.source
                     );
                     drain(&mut ss, idle).await;
-                    return Ok(());
+                    return Ok(None);
                 }
             },
         };
@@ -384,6 +386,21 @@ impl InboundHandler for Inbound {
         } else {
             session.user = Some(user).filter(|u| u.level != 0);
         }
+        Ok(Some((session, stream)))
+    }
+}
+
+#[async_trait]
+impl InboundHandler for Inbound {
+    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+        if !self.cfg.networks.contains(&Network::Tcp) {
+            return Ok(());
+        }
+        // The handshake runs in its own allocation, freed before the relay: what a connection
+        // keeps for its lifetime is only the dispatch future below.
+        let Some((session, stream)) = Box::pin(self.accept_tcp(stream, &ctx)).await? else {
+            return Ok(());
+        };
         ctx.dispatcher
             .dispatch_tcp(session, stream)
             .await
