@@ -384,15 +384,16 @@ enum Dir {
 type Ended = (Option<u64>, Option<u64>, Option<&'static str>);
 
 /// Polls both directions (through `poll_dir`) with the idle / half-close timers until both
-/// finish, one fails, or a timer fires.
-async fn drive(
-    mut poll_dir: impl FnMut(&mut Context<'_>, Dir) -> Poll<io::Result<u64>>,
-    opts: &RelayOpts,
-    activity: &Activity,
-) -> io::Result<Ended> {
+/// finish, one fails, or a timer fires. A plain `poll_fn` (no async state machine around it):
+/// this is what every relayed connection keeps while it lives.
+fn drive<'a>(
+    mut poll_dir: impl FnMut(&mut Context<'_>, Dir) -> Poll<io::Result<u64>> + 'a,
+    opts: &'a RelayOpts,
+    activity: &'a Activity,
+) -> impl Future<Output = io::Result<Ended>> + 'a {
     let mut timer = IdleTimer::new(opts.conn_idle, "connIdle");
     let (mut up_n, mut down_n): (Option<u64>, Option<u64>) = (None, None);
-    std::future::poll_fn(|cx| loop {
+    std::future::poll_fn(move |cx| loop {
         let mut progressed = false;
         if up_n.is_none() {
             if let Poll::Ready(r) = poll_dir(cx, Dir::Up) {
@@ -423,7 +424,6 @@ async fn drive(
             Poll::Pending => Poll::Pending,
         };
     })
-    .await
 }
 
 // ---------------------------------------------------------------- buffered path

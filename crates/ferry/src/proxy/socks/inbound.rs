@@ -100,10 +100,12 @@ impl InboundHandler for SocksInbound {
         }
         let mut r =
             HeadReader::with_prefix(stream, &first, crate::proxy::http::codec::MAX_HEAD + 1);
+        // Handshakes, HTTP and UDP ASSOCIATE run in their own allocations: what a CONNECT keeps
+        // for its lifetime is only the dispatch future.
         let next = match first[0] {
-            codec::VER5 => timeout_at(deadline, self.socks5(&mut r, &ctx)).await,
-            codec::VER4 => timeout_at(deadline, self.socks4(&mut r, &ctx)).await,
-            _ => return self.http.serve(r, ctx, deadline).await,
+            codec::VER5 => timeout_at(deadline, Box::pin(self.socks5(&mut r, &ctx))).await,
+            codec::VER4 => timeout_at(deadline, Box::pin(self.socks4(&mut r, &ctx))).await,
+            _ => return Box::pin(self.http.serve(r, ctx, deadline)).await,
         };
         match next {
             Err(_) => Err(timed_out()),
@@ -116,7 +118,9 @@ impl InboundHandler for SocksInbound {
                     .await
                     .map(|_| ())
             }
-            Ok(Ok(Next::Udp(client, user))) => self.udp_associate(r, client, user, &ctx).await,
+            Ok(Ok(Next::Udp(client, user))) => {
+                Box::pin(self.udp_associate(r, client, user, &ctx)).await
+            }
         }
     }
 }

@@ -281,9 +281,14 @@ impl Inbound {
     }
 }
 
-#[async_trait]
-impl InboundHandler for Inbound {
-    async fn handle_tcp(&self, mut stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+impl Inbound {
+    /// The handshake of one connection: the session and the body stream, or `None` when the
+    /// request was refused (logged, drained where the protocol says so).
+    async fn accept_tcp(
+        &self,
+        mut stream: BoxStream,
+        ctx: &InboundCtx,
+    ) -> io::Result<Option<(crate::proxy::Session, VmessStream)>> {
         let limit = ctx.dispatcher.handshake_timeout();
         let mut buf = Vec::with_capacity(512);
         let acc = match tokio::time::timeout(limit, self.read_request(&mut stream, &mut buf)).await
@@ -295,7 +300,7 @@ impl InboundHandler for Inbound {
                     ctx.tag,
                     ctx.source
                 );
-                return Ok(());
+                return Ok(None);
             }
             Ok(Err(Failure::Bad(e))) => {
                 tracing::warn!(
@@ -304,7 +309,7 @@ impl InboundHandler for Inbound {
                     ctx.source
                 );
                 self.drain(&mut stream, buf.len(), limit).await;
-                return Ok(());
+                return Ok(None);
             }
             Err(_) => {
                 tracing::info!(
@@ -312,7 +317,7 @@ impl InboundHandler for Inbound {
                     ctx.tag,
                     ctx.source
                 );
-                return Ok(());
+                return Ok(None);
             }
         };
         let a = &self.accounts[acc.account];
@@ -324,7 +329,7 @@ impl InboundHandler for Inbound {
                 ctx.source,
                 a.email
             );
-            Ok(())
+            Ok(None)
         };
         if !self.sessions.check((a.uuid, req.key, req.iv)) {
             return reject("replayed session (same key and iv)".into());
@@ -395,13 +400,25 @@ impl InboundHandler for Inbound {
             req.opt,
             if acc.aead { "" } else { " (legacy header)" }
         );
-        match network {
+        Ok(Some((session, body)))
+    }
+}
+
+#[async_trait]
+impl InboundHandler for Inbound {
+    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+        // The handshake (and UDP's packet loop) run in their own allocations: what a TCP
+        // connection keeps for its lifetime is only the dispatch future.
+        let Some((session, body)) = Box::pin(self.accept_tcp(stream, &ctx)).await? else {
+            return Ok(());
+        };
+        match session.network {
             Network::Tcp => ctx
                 .dispatcher
                 .dispatch_tcp(session, Box::new(body))
                 .await
                 .map(|_| ()),
-            Network::Udp => super::udp::serve(body, session, &ctx).await,
+            Network::Udp => Box::pin(super::udp::serve(body, session, &ctx)).await,
         }
     }
 }

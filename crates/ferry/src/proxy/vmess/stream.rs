@@ -115,8 +115,11 @@ impl VmessStream {
             b
         });
         let hold = !pending_write.is_empty();
+        // A held header gets a buffer of its own size: a connection that never sends (an idle
+        // one, or a server whose target has not answered yet) keeps no large buffer. The first
+        // payload moves it into a full-size one.
         let wbuf = hold.then(|| {
-            let mut b = take_buf(WRITE_BUF, pending_write.len() + 2 * MAX_CHUNK);
+            let mut b = pool::take(pending_write.len());
             b[..pending_write.len()].copy_from_slice(&pending_write);
             b
         });
@@ -175,9 +178,9 @@ impl VmessStream {
         match &mut self.wbuf {
             Some(b) if b.len() >= need => {}
             Some(b) => {
-                let mut nb = vec![0u8; need].into_boxed_slice();
+                let mut nb = take_buf(WRITE_BUF, need);
                 nb[..self.wlen].copy_from_slice(&b[..self.wlen]);
-                *b = nb;
+                pool::put(std::mem::replace(b, nb));
             }
             None => self.wbuf = Some(take_buf(WRITE_BUF, need)),
         }
@@ -732,6 +735,30 @@ mod tests {
 
     fn data() -> Vec<u8> {
         (0..300_000u32).map(|i| (i * 31 + i / 977) as u8).collect()
+    }
+
+    /// A header held for the first payload keeps a buffer of its own size, not a full write
+    /// buffer: a connection whose other side never sends stays small.
+    #[test]
+    fn a_held_header_keeps_only_its_own_bytes() {
+        let p = params(Security::Aes128Gcm);
+        let (a, _b) = tokio::io::duplex(64);
+        let s = VmessStream::new(
+            Box::new(a),
+            Sealer::new(&p, None).unwrap(),
+            Opener::new(&p, None).unwrap(),
+            ReadHead::None,
+            vec![7u8; 38],
+            None,
+            &[],
+            false,
+        );
+        let held = s.wbuf.as_ref().map_or(0, |b| b.len());
+        assert!(
+            (38..=76).contains(&held),
+            "held header buffer is {held} bytes"
+        );
+        assert!(s.rbuf.is_none());
     }
 
     /// Writes through a [`VmessStream`] onto a trickling socket in uneven pieces, with
