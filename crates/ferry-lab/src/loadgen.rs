@@ -21,6 +21,22 @@ pub struct Target {
 }
 
 impl Target {
+    /// A connection through the chain, confirmed end to end by the receiver's hello byte.
+    pub async fn hello(&self) -> Result<TcpStream> {
+        let mut s = self.open().await?;
+        s.write_all(
+            &Header {
+                mode: Mode::Hello,
+                arg: 0,
+            }
+            .encode(),
+        )
+        .await?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await?;
+        Ok(s)
+    }
+
     /// Opens a connection that reaches the receiver (after the SOCKS5 handshake, if any).
     pub async fn open(&self) -> Result<TcpStream> {
         let mut s = TcpStream::connect(self.connect)
@@ -327,22 +343,8 @@ pub async fn ttfb(target: &Target, count: usize, timeout: Duration) -> Result<Pe
     let mut v = Vec::with_capacity(count);
     for i in 0..count {
         let t0 = Instant::now();
-        let once = async {
-            let mut s = target.open().await?;
-            s.write_all(
-                &Header {
-                    mode: Mode::Hello,
-                    arg: 0,
-                }
-                .encode(),
-            )
-            .await?;
-            let mut b = [0u8; 1];
-            s.read_exact(&mut b).await?;
-            Ok::<_, anyhow::Error>(())
-        };
-        match tokio::time::timeout(timeout, once).await {
-            Ok(Ok(())) => v.push(t0.elapsed()),
+        match tokio::time::timeout(timeout, target.hello()).await {
+            Ok(Ok(_)) => v.push(t0.elapsed()),
             Ok(Err(e)) => return Err(e.context(format!("first-byte probe {}", i + 1))),
             Err(_) => bail!("first-byte probe {} timed out", i + 1),
         }
@@ -400,21 +402,7 @@ pub async fn hold_idle(target: &Target, n: usize, timeout: Duration) -> Result<V
         for _ in 0..batch {
             let t = target.clone();
             set.spawn(async move {
-                let once = async {
-                    let mut s = t.open().await?;
-                    s.write_all(
-                        &Header {
-                            mode: Mode::Hello,
-                            arg: 0,
-                        }
-                        .encode(),
-                    )
-                    .await?;
-                    let mut b = [0u8; 1];
-                    s.read_exact(&mut b).await?;
-                    Ok::<_, anyhow::Error>(s)
-                };
-                match tokio::time::timeout(timeout, once).await {
+                match tokio::time::timeout(timeout, t.hello()).await {
                     Ok(r) => r,
                     Err(_) => Err(anyhow!("timed out")),
                 }

@@ -71,18 +71,8 @@ enum Cmd {
         /// Folder of peer binaries (default: scripts/peers.sh's cache).
         #[arg(long)]
         peers_dir: Option<PathBuf>,
-        /// Seconds without progress after which a transfer counts as lost bytes.
-        #[arg(long, default_value_t = 20.0)]
-        stall: f64,
-        /// Time-to-first-byte samples (latency test).
-        #[arg(long, default_value_t = 200)]
-        ttfb_count: usize,
-        /// Round trips (latency test).
-        #[arg(long, default_value_t = 2000)]
-        rr_count: usize,
-        /// Message size of the round trips.
-        #[arg(long, default_value_t = 64)]
-        rr_size: usize,
+        #[command(flatten)]
+        probe: Probe,
         /// Skip the PNG charts.
         #[arg(long)]
         no_charts: bool,
@@ -116,15 +106,26 @@ enum Cmd {
         /// Measure time to first byte and round trips instead of throughput.
         #[arg(long)]
         latency: bool,
-        #[arg(long, default_value_t = 200)]
-        ttfb_count: usize,
-        #[arg(long, default_value_t = 2000)]
-        rr_count: usize,
-        #[arg(long, default_value_t = 64)]
-        rr_size: usize,
-        #[arg(long, default_value_t = 20.0)]
-        stall: f64,
+        #[command(flatten)]
+        probe: Probe,
     },
+}
+
+/// Loss detection and latency-test sizes, shared by `run` and `loadgen`.
+#[derive(clap::Args, Clone, Copy)]
+struct Probe {
+    /// Seconds without progress after which a transfer counts as lost bytes.
+    #[arg(long, default_value_t = 20.0)]
+    stall: f64,
+    /// Time-to-first-byte samples (latency test).
+    #[arg(long, default_value_t = 200)]
+    ttfb_count: usize,
+    /// Round trips (latency test).
+    #[arg(long, default_value_t = 2000)]
+    rr_count: usize,
+    /// Message size of the round trips.
+    #[arg(long, default_value_t = 64)]
+    rr_size: usize,
 }
 
 fn timestamp() -> String {
@@ -165,10 +166,13 @@ fn real_main() -> Result<ExitCode> {
             ferry_bin,
             scenario_dir,
             peers_dir,
-            stall,
-            ttfb_count,
-            rr_count,
-            rr_size,
+            probe:
+                Probe {
+                    stall,
+                    ttfb_count,
+                    rr_count,
+                    rr_size,
+                },
             no_charts,
         } => {
             if reverse && !tests.contains(&Test::Reverse) {
@@ -249,10 +253,13 @@ fn real_main() -> Result<ExitCode> {
             concurrency,
             reverse,
             latency,
-            ttfb_count,
-            rr_count,
-            rr_size,
-            stall,
+            probe:
+                Probe {
+                    stall,
+                    ttfb_count,
+                    rr_count,
+                    rr_size,
+                },
         } => {
             let target = Target {
                 connect,

@@ -359,17 +359,7 @@ fn sigterm_stops_accepting_keeps_live_connections_for_the_grace_period() {
         "exited before the grace period ended"
     );
     // After the grace period the process exits 0 and the connection is closed.
-    let status = loop {
-        if let Some(st) = f.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "did not exit\n{}",
-            f.output()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = f.wait_exit(t0, Duration::from_secs(10));
     assert!(status.success(), "exit {status:?}\n{}", f.output());
     assert!(
         t0.elapsed() >= Duration::from_millis(1500),
@@ -395,17 +385,7 @@ fn sigterm_with_no_connections_exits_at_once() {
     wait_listening(port, &f);
     let t0 = Instant::now();
     f.signal(libc::SIGTERM);
-    let status = loop {
-        if let Some(st) = f.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "did not exit\n{}",
-            f.output()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = f.wait_exit(t0, Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
 }
 

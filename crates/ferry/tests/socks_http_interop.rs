@@ -111,26 +111,7 @@ fn xray_socks_outbound_through_ferry_socks_inbound() {
         ),
         &[xport],
     );
-    let data = pattern(10 << 20, 31);
-    let got = echo_through(TcpStream::connect(("127.0.0.1", xport)).unwrap(), &data);
-    assert!(
-        got == data,
-        "tcp bytes differ\n{}\n{}",
-        f.output(),
-        x.output()
-    );
-
-    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-    u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = vec![0u8; 65536];
-    for i in 0..10usize {
-        let msg = pattern(1 + i * 900, 40 + i as u64);
-        u.send_to(&msg, ("127.0.0.1", xudp)).unwrap();
-        let (n, _) = u
-            .recv_from(&mut buf)
-            .unwrap_or_else(|e| panic!("udp {i}: {e}\n{}\n{}", f.output(), x.output()));
-        assert!(buf[..n] == msg[..], "datagram {i} differs");
-    }
+    tcp_and_udp_through(xport, xudp, (31, 40), &[&f, &x]);
 }
 
 /// Ferry (dokodemo -> socks outbound) -> Xray (socks inbound, password, UDP) -> freedom.
@@ -165,26 +146,7 @@ fn ferry_socks_outbound_through_xray_socks_inbound() {
         ),
         &[fport],
     );
-    let data = pattern(10 << 20, 32);
-    let got = echo_through(TcpStream::connect(("127.0.0.1", fport)).unwrap(), &data);
-    assert!(
-        got == data,
-        "tcp bytes differ\n{}\n{}",
-        f.output(),
-        x.output()
-    );
-
-    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-    u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = vec![0u8; 65536];
-    for i in 0..10usize {
-        let msg = pattern(1 + i * 900, 50 + i as u64);
-        u.send_to(&msg, ("127.0.0.1", fudp)).unwrap();
-        let (n, _) = u
-            .recv_from(&mut buf)
-            .unwrap_or_else(|e| panic!("udp {i}: {e}\n{}\n{}", f.output(), x.output()));
-        assert!(buf[..n] == msg[..], "datagram {i} differs");
-    }
+    tcp_and_udp_through(fport, fudp, (32, 50), &[&f, &x]);
 }
 
 /// Xray's HTTP outbound (CONNECT with Basic auth) through Ferry's HTTP inbound.
@@ -246,4 +208,30 @@ fn ferry_http_outbound_through_xray_http_inbound() {
     let data = pattern(4 << 20, 34);
     let got = echo_through(TcpStream::connect(("127.0.0.1", fport)).unwrap(), &data);
     assert!(got == data, "bytes differ\n{}\n{}", f.output(), x.output());
+}
+
+/// 10 MB echoed through the TCP entry and ten datagrams through the UDP entry, byte-exact;
+/// `seeds` pick the TCP and UDP patterns; failures show `who`'s logs.
+fn tcp_and_udp_through(tcp: u16, udp: u16, seeds: (u64, u64), who: &[&Proc]) {
+    let logs = || {
+        who.iter()
+            .map(|p| p.output())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let data = pattern(10 << 20, seeds.0);
+    let got = echo_through(TcpStream::connect(("127.0.0.1", tcp)).unwrap(), &data);
+    assert!(got == data, "tcp bytes differ\n{}", logs());
+
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 65536];
+    for i in 0..10usize {
+        let msg = pattern(1 + i * 900, seeds.1 + i as u64);
+        u.send_to(&msg, ("127.0.0.1", udp)).unwrap();
+        let (n, _) = u
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("udp {i}: {e}\n{}", logs()));
+        assert!(buf[..n] == msg[..], "datagram {i} differs");
+    }
 }

@@ -453,6 +453,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn outbound_tags(m: &Value) -> Vec<&str> {
+        m["outbounds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(item_tag)
+            .collect()
+    }
+
     #[test]
     fn ports() {
         assert_eq!(parse_ports(&json!(1080), "p").unwrap(), vec![(1080, 1080)]);
@@ -485,21 +494,11 @@ mod tests {
             ("a.json".into(), a.clone()),
             ("b.json".into(), b.clone()),
         ]);
-        let tags: Vec<&str> = m["outbounds"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(item_tag)
-            .collect();
+        let tags = outbound_tags(&m);
         assert_eq!(tags, ["y", "x", "x"]);
         assert_eq!(m["outbounds"][1]["protocol"], "p");
         let m = merge_named(vec![("a.json".into(), a), ("20_TAIL.json".into(), b)]);
-        let tags: Vec<&str> = m["outbounds"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(item_tag)
-            .collect();
+        let tags = outbound_tags(&m);
         assert_eq!(tags, ["x", "x", "y"]);
     }
 

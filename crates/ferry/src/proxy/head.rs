@@ -55,6 +55,22 @@ impl HeadReader {
         Ok(())
     }
 
+    /// Reads until `parse` finds a whole message in the buffer (`Ok(Some(v))`; `Ok(None)` asks
+    /// for more bytes). A malformed message comes back as `Ok(Err(e))`, for the caller to answer
+    /// as its protocol says; read errors, EOF and the size limit as `Err`.
+    pub async fn read_until<T, E>(
+        &mut self,
+        mut parse: impl FnMut(&[u8]) -> Result<Option<T>, E>,
+    ) -> io::Result<Result<T, E>> {
+        loop {
+            match parse(&self.buf) {
+                Ok(Some(v)) => return Ok(Ok(v)),
+                Ok(None) => self.fill().await?,
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+
     /// Drops `n` parsed bytes from the front.
     pub fn consume(&mut self, n: usize) {
         self.buf.advance(n.min(self.buf.len()));

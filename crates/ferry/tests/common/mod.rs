@@ -68,6 +68,21 @@ impl Proc {
         )
     }
 
+    /// Waits for the process to exit, failing the test if it has not within `within` of `since`.
+    pub fn wait_exit(
+        &mut self,
+        since: std::time::Instant,
+        within: Duration,
+    ) -> std::process::ExitStatus {
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(since.elapsed() < within, "did not exit\n{}", self.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Sends a signal (e.g. libc::SIGTERM).
     pub fn signal(&self, sig: i32) {
         let _ = Command::new("kill")

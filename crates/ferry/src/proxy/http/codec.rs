@@ -31,6 +31,17 @@ pub enum Error {
     NotProxyRequest,
 }
 
+/// A parser for [`HeadReader::read_until`](crate::proxy::head::HeadReader::read_until) that finds
+/// where the head ends, scanning each byte once across reads (see [`head_len`]).
+pub fn head_scanner() -> impl FnMut(&[u8]) -> Result<Option<usize>, Error> {
+    let mut scanned = 0;
+    move |buf| {
+        let r = head_len(buf, scanned);
+        scanned = buf.len();
+        r
+    }
+}
+
 /// Where the head ends: the length including the empty line, or `None` if not there yet.
 /// Bare `\n` line ends are accepted as well as `\r\n`. `from` is how many bytes an earlier
 /// call already scanned (so a head that trickles in is scanned once, not quadratically).

@@ -76,18 +76,11 @@ impl HttpInbound {
     }
 
     async fn handshake(&self, r: &mut HeadReader, ctx: &InboundCtx) -> io::Result<Accepted> {
-        let mut scanned = 0;
-        let len = loop {
-            match codec::head_len(&r.buf, scanned) {
-                Ok(Some(n)) => break n,
-                Ok(None) => {
-                    scanned = r.buf.len();
-                    r.fill().await?;
-                }
-                Err(e) => {
-                    let _ = r.write_all(codec::RESP_431).await;
-                    return Err(invalid(format!("http: {e}")));
-                }
+        let len = match r.read_until(codec::head_scanner()).await? {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = r.write_all(codec::RESP_431).await;
+                return Err(invalid(format!("http: {e}")));
             }
         };
         let head = r.buf.split_to(len);

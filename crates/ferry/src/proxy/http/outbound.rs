@@ -39,17 +39,10 @@ impl OutboundHandler for HttpOutbound {
         let mut r = HeadReader::new(stream, codec::MAX_HEAD + 1);
         let req = codec::encode_connect(&s.dest, self.token.as_deref(), &self.headers);
         r.write_all(&req).await?;
-        let mut scanned = 0;
-        let len = loop {
-            match codec::head_len(&r.buf, scanned) {
-                Ok(Some(n)) => break n,
-                Ok(None) => {
-                    scanned = r.buf.len();
-                    r.fill().await?;
-                }
-                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
-            }
-        };
+        let len = r
+            .read_until(codec::head_scanner())
+            .await?
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
         let status = codec::parse_status(&r.buf[..len])
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("http proxy: {e}")))?;
         if !(200..300).contains(&status) {

@@ -484,14 +484,14 @@ pub fn random(buf: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::testutil::hex;
 
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    const ALL_AEAD: [AeadAlg; 4] = [
+        AeadAlg::Aes128Gcm,
+        AeadAlg::Aes256Gcm,
+        AeadAlg::ChaCha20Poly1305,
+        AeadAlg::XChaCha20Poly1305,
+    ];
 
     #[test]
     fn evp_bytes_to_key_vectors() {
@@ -573,12 +573,7 @@ mod tests {
 
     #[test]
     fn aead_round_trip_and_tamper() {
-        for alg in [
-            AeadAlg::Aes128Gcm,
-            AeadAlg::Aes256Gcm,
-            AeadAlg::ChaCha20Poly1305,
-            AeadAlg::XChaCha20Poly1305,
-        ] {
+        for alg in ALL_AEAD {
             let klen = if alg == AeadAlg::Aes128Gcm { 16 } else { 32 };
             let c = AeadCipher::new(alg, &vec![7u8; klen]).unwrap();
             assert!(AeadCipher::new(alg, &[1u8; 5]).is_none());
@@ -599,12 +594,7 @@ mod tests {
 
     #[test]
     fn out_of_place_matches_in_place() {
-        for alg in [
-            AeadAlg::Aes128Gcm,
-            AeadAlg::Aes256Gcm,
-            AeadAlg::ChaCha20Poly1305,
-            AeadAlg::XChaCha20Poly1305,
-        ] {
+        for alg in ALL_AEAD {
             let klen = if alg == AeadAlg::Aes128Gcm { 16 } else { 32 };
             let c = AeadCipher::new(alg, &vec![5u8; klen]).unwrap();
             let nonce = [3u8; 24];

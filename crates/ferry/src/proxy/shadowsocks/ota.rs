@@ -326,13 +326,7 @@ impl Stream for OtaServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::common::testutil::hex;
 
     // Known answers computed independently with Python's `hmac`/`hashlib` (HMAC-SHA1, first
     // 10 bytes) for IV = 00..0f and key = EVP_BytesToKey("password", 16).

@@ -225,13 +225,7 @@ pub const OTA_MAC_LEN: usize = 10;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::common::testutil::hex;
 
     fn run(m: Method, key: &str, iv: &str, pt: &[u8], ct: &str) {
         let (key, iv) = (hex(key), hex(iv));

@@ -309,15 +309,8 @@ pub fn parse_reply(buf: &[u8]) -> Parsed<Destination> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::testutil::hex;
     use bytes::BytesMut;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn userpass_vectors_from_xray() {

@@ -10,7 +10,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UdpSocket;
 use tokio::time::{timeout_at, Instant};
 
-use super::codec::{self, Error as CodecError, Parsed};
+use super::codec::{self, Error as CodecError};
+use super::read_msg;
 use super::InboundConfig;
 use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::addr::AddrError;
@@ -61,21 +62,9 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "handshake timed out")
 }
 
-/// Reads until `parse` has a whole message; consumes it.
-async fn read_msg<T>(
-    r: &mut HeadReader,
-    parse: impl Fn(&[u8]) -> Parsed<T>,
-) -> Result<T, io::Error> {
-    loop {
-        match parse(&r.buf) {
-            Ok(Some((v, n))) => {
-                r.consume(n);
-                return Ok(v);
-            }
-            Ok(None) => r.fill().await?,
-            Err(e) => return Err(invalid(e.to_string())),
-        }
-    }
+/// A malformed SOCKS message from the client.
+fn bad(e: CodecError) -> io::Error {
+    invalid(e.to_string())
 }
 
 /// What a finished SOCKS handshake asks for.
@@ -132,9 +121,11 @@ impl SocksInbound {
         } else {
             codec::METHOD_NONE
         };
-        let offered = read_msg(r, |b| {
-            codec::parse_greeting(b).map(|o| o.map(|(m, n)| (m.contains(&want), n)))
-        })
+        let offered = read_msg(
+            r,
+            |b| codec::parse_greeting(b).map(|o| o.map(|(m, n)| (m.contains(&want), n))),
+            bad,
+        )
         .await?;
         if !offered {
             r.write_all(&[codec::VER5, codec::METHOD_REJECT]).await?;
@@ -145,9 +136,14 @@ impl SocksInbound {
         r.write_all(&[codec::VER5, want]).await?;
         let mut user = self.user(None);
         if let Some(accounts) = &self.cfg.accounts {
-            let (name, pass) = read_msg(r, |b| {
-                codec::parse_userpass(b).map(|o| o.map(|((u, p), n)| ((u.to_vec(), p.to_vec()), n)))
-            })
+            let (name, pass) = read_msg(
+                r,
+                |b| {
+                    codec::parse_userpass(b)
+                        .map(|o| o.map(|((u, p), n)| ((u.to_vec(), p.to_vec()), n)))
+                },
+                bad,
+            )
             .await?;
             let name = String::from_utf8_lossy(&name).into_owned();
             let ok = accounts
@@ -203,7 +199,7 @@ impl SocksInbound {
     }
 
     async fn socks4(&self, r: &mut HeadReader, _ctx: &InboundCtx) -> io::Result<Next> {
-        let req = read_msg(r, codec::parse_socks4).await?;
+        let req = read_msg(r, codec::parse_socks4, bad).await?;
         if self.cfg.accounts.is_some() {
             r.write_all(&codec::socks4_reply(codec::SOCKS4_REJECTED))
                 .await?;

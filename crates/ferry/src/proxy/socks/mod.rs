@@ -7,12 +7,24 @@ pub mod inbound;
 pub mod outbound;
 
 use std::collections::HashMap;
+use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
+
+/// Reads one SOCKS message with `parse` and consumes it; a malformed one becomes `bad(e)`.
+async fn read_msg<T>(
+    r: &mut super::head::HeadReader,
+    parse: impl Fn(&[u8]) -> codec::Parsed<T>,
+    bad: impl FnOnce(codec::Error) -> io::Error,
+) -> io::Result<T> {
+    let (v, n) = r.read_until(parse).await?.map_err(bad)?;
+    r.consume(n);
+    Ok(v)
+}
 
 /// `user` -> `pass` of an inbound's `accounts` (alias `users`).
 pub type Accounts = HashMap<String, String>;

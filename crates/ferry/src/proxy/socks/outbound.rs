@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use bytes::BytesMut;
 use tokio::net::UdpSocket;
 
-use super::codec::{self, Parsed};
+use super::codec;
+use super::read_msg;
 use super::Server;
 use crate::common::{Address, Destination};
 use crate::proxy::head::HeadReader;
@@ -29,19 +30,6 @@ fn proto(msg: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("socks server: {msg}"))
 }
 
-async fn read_msg<T>(r: &mut HeadReader, parse: impl Fn(&[u8]) -> Parsed<T>) -> io::Result<T> {
-    loop {
-        match parse(&r.buf) {
-            Ok(Some((v, n))) => {
-                r.consume(n);
-                return Ok(v);
-            }
-            Ok(None) => r.fill().await?,
-            Err(e) => return Err(proto(e)),
-        }
-    }
-}
-
 impl SocksOutbound {
     /// Greets, authenticates and sends `cmd`; returns the stream and the server's bound address.
     async fn handshake(
@@ -53,7 +41,7 @@ impl SocksOutbound {
         let mut r = HeadReader::new(stream, 1024);
         let user = self.server.user.as_ref();
         r.write_all(&codec::client_greeting(user.is_some())).await?;
-        let method = read_msg(&mut r, |b| codec::parse_two(b, codec::VER5)).await?;
+        let method = read_msg(&mut r, |b| codec::parse_two(b, codec::VER5), proto).await?;
         match (method, user) {
             (codec::METHOD_NONE, _) => {}
             (codec::METHOD_PASSWORD, Some((u, p))) => {
@@ -61,10 +49,14 @@ impl SocksOutbound {
                 codec::encode_userpass(u.as_bytes(), p.as_bytes(), &mut b);
                 r.write_all(&b).await?;
                 // The status's version byte varies between servers (01 per RFC, 05 seen too).
-                let status = read_msg(&mut r, |b| match b {
-                    [_, s, ..] => Ok(Some((*s, 2))),
-                    _ => Ok(None),
-                })
+                let status = read_msg(
+                    &mut r,
+                    |b| match b {
+                        [_, s, ..] => Ok(Some((*s, 2))),
+                        _ => Ok(None),
+                    },
+                    proto,
+                )
                 .await?;
                 if status != 0 {
                     return Err(io::Error::new(
@@ -78,7 +70,7 @@ impl SocksOutbound {
         let mut b = BytesMut::with_capacity(6 + 256);
         codec::encode_request(cmd, dest, &mut b);
         r.write_all(&b).await?;
-        let bound = read_msg(&mut r, codec::parse_reply).await?;
+        let bound = read_msg(&mut r, codec::parse_reply, proto).await?;
         Ok((r, bound))
     }
 }

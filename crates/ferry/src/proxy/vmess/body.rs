@@ -381,11 +381,7 @@ impl Sealer {
             size,
             iv: p.iv,
             count: 0,
-            cfb: if p.security == Security::Legacy {
-                cfb
-            } else {
-                None
-            },
+            cfb: cfb.filter(|_| p.security == Security::Legacy),
             pad,
         })
     }
@@ -681,11 +677,7 @@ impl Opener {
             size,
             iv: p.iv,
             count: 0,
-            cfb: if p.security == Security::Legacy {
-                cfb
-            } else {
-                None
-            },
+            cfb: cfb.filter(|_| p.security == Security::Legacy),
             pending: None,
             first: true,
             empty_first_is_data: false,

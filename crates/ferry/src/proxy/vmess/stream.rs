@@ -83,17 +83,6 @@ pub struct VmessStream {
     shut: bool,
 }
 
-/// A pooled buffer of at least `size` and `want` bytes.
-fn take_buf(size: usize, want: usize) -> Box<[u8]> {
-    pool::take(size.max(want))
-}
-
-fn put_buf(b: Option<Box<[u8]>>) {
-    if let Some(b) = b {
-        pool::put(b);
-    }
-}
-
 impl VmessStream {
     /// `pending_write` is a header to send before the first chunk (held until the first write or,
     /// with `hold_for`, until that time passes). `read_ahead` holds bytes already read past the
@@ -110,7 +99,7 @@ impl VmessStream {
         packet: bool,
     ) -> VmessStream {
         let rbuf = (!read_ahead.is_empty()).then(|| {
-            let mut b = take_buf(READ_BUF, read_ahead.len());
+            let mut b = pool::take(READ_BUF.max(read_ahead.len()));
             b[..read_ahead.len()].copy_from_slice(read_ahead);
             b
         });
@@ -167,7 +156,9 @@ impl VmessStream {
         }
         self.wpos = 0;
         self.wlen = 0;
-        put_buf(self.wbuf.take());
+        if let Some(b) = self.wbuf.take() {
+            pool::put(b);
+        }
         Poll::Ready(Ok(()))
     }
 
@@ -178,11 +169,11 @@ impl VmessStream {
         match &mut self.wbuf {
             Some(b) if b.len() >= need => {}
             Some(b) => {
-                let mut nb = take_buf(WRITE_BUF, need);
+                let mut nb = pool::take(WRITE_BUF.max(need));
                 nb[..self.wlen].copy_from_slice(&b[..self.wlen]);
                 pool::put(std::mem::replace(b, nb));
             }
-            None => self.wbuf = Some(take_buf(WRITE_BUF, need)),
+            None => self.wbuf = Some(pool::take(WRITE_BUF.max(need))),
         }
     }
 
@@ -321,7 +312,9 @@ impl VmessStream {
     /// Makes room for `need` bytes from `rpos` and a read of at least [`MIN_READ`] bytes where
     /// the buffer allows.
     fn make_room(&mut self, need: usize) {
-        let b = self.rbuf.get_or_insert_with(|| take_buf(READ_BUF, need));
+        let b = self
+            .rbuf
+            .get_or_insert_with(|| pool::take(READ_BUF.max(need)));
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;
@@ -344,7 +337,9 @@ impl VmessStream {
             self.rpos = 0;
             self.rend = 0;
             self.plain = (0, 0);
-            put_buf(self.rbuf.take());
+            if let Some(b) = self.rbuf.take() {
+                pool::put(b);
+            }
         }
     }
 
