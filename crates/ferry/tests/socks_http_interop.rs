@@ -223,15 +223,23 @@ fn tcp_and_udp_through(tcp: u16, udp: u16, seeds: (u64, u64), who: &[&Proc]) {
     let got = echo_through(TcpStream::connect(("127.0.0.1", tcp)).unwrap(), &data);
     assert!(got == data, "tcp bytes differ\n{}", logs());
 
+    // Xray's SOCKS server sends the UDP ASSOCIATE reply before it adds the client to its UDP
+    // filter (proxy/socks/server.go), so a datagram sent right after the reply may be dropped
+    // as unauthorized: resend after a second of silence, five times at most.
     let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-    u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
     let mut buf = vec![0u8; 65536];
     for i in 0..10usize {
         let msg = pattern(1 + i * 900, seeds.1 + i as u64);
-        u.send_to(&msg, ("127.0.0.1", udp)).unwrap();
-        let (n, _) = u
-            .recv_from(&mut buf)
-            .unwrap_or_else(|e| panic!("udp {i}: {e}\n{}", logs()));
+        let mut got = None;
+        for _ in 0..5 {
+            u.send_to(&msg, ("127.0.0.1", udp)).unwrap();
+            if let Ok((n, _)) = u.recv_from(&mut buf) {
+                got = Some(n);
+                break;
+            }
+        }
+        let n = got.unwrap_or_else(|| panic!("udp {i}: no echo after 5 tries\n{}", logs()));
         assert!(buf[..n] == msg[..], "datagram {i} differs");
     }
 }
