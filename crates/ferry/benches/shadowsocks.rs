@@ -48,10 +48,7 @@ fn key_trial(n: usize) {
         .map(|i| Account {
             method: Method::Aes128Gcm,
             key: vec![i as u8; 16],
-            user: User {
-                email: format!("u{i}").into(),
-                level: 0,
-            },
+            user: User::new(format!("u{i}"), 0),
             hash: [0; 16],
         })
         .collect();

@@ -146,7 +146,10 @@ fn load(sources: &[String]) -> Result<Config> {
 
 fn describe(cfg: &Config) {
     for ib in &cfg.inbounds {
-        let config::Listen::Ip(ip, ports) = &ib.listen;
+        let (ip, ports) = match &ib.listen {
+            config::Listen::Ip(ip, ports) => (ip.to_string(), ports.clone()),
+            config::Listen::Unix(p) => (p.text(), Vec::new()),
+        };
         let ports: Vec<String> = ports
             .iter()
             .map(|(a, b)| {
@@ -158,10 +161,11 @@ fn describe(cfg: &Config) {
             })
             .collect();
         println!(
-            "inbound  {:<16} {:<14} {}:{}",
+            "inbound  {:<16} {:<14} {}{}{}",
             show_tag(&ib.tag),
             ib.protocol,
             ip,
+            if ports.is_empty() { "" } else { ":" },
             ports.join(",")
         );
     }
@@ -176,7 +180,7 @@ fn describe(cfg: &Config) {
     println!(
         "routing  {} rule(s); stats {}",
         cfg.router.rules.len(),
-        if cfg.stats { "on" } else { "off" }
+        if cfg.stats.is_some() { "on" } else { "off" }
     );
 }
 

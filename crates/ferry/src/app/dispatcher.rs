@@ -1,6 +1,6 @@
-//! The dispatcher: routes a session, dials its outbound, and relays with live counters.
+//! The dispatcher: the one place that acts on what an inbound accepted. It routes a session,
+//! dials its outbound, and relays with live counters (or serves its packets).
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -9,16 +9,17 @@ use std::time::Duration;
 use crate::app::log::AccessLog;
 use crate::app::policy::Policy;
 use crate::app::router::Router;
-use crate::app::stats::{self, Stats};
-use crate::proxy::{OutboundHandler, PacketConn, Session};
+use crate::app::stats::Stats;
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, PacketConn, Session};
+use crate::registry::{OutboundEntry, Outbounds, Swap};
 use crate::relay::{self, Counters, RelayStats};
+use crate::session::Traffic;
 use crate::transport::BoxStream;
 
 /// Shared by every inbound: the routing table, the outbounds, policy, and stats.
 pub struct Dispatcher {
-    pub router: Router,
-    pub outbounds: HashMap<String, Arc<dyn OutboundHandler>>,
-    pub default_outbound: String,
+    pub router: Swap<Router>,
+    pub outbounds: Arc<Outbounds>,
     pub policy: Policy,
     /// `Some` when the `stats` object is present.
     pub stats: Option<Arc<Stats>>,
@@ -28,6 +29,12 @@ pub struct Dispatcher {
 /// Counters one UDP session adds to, packet by packet.
 pub type UdpCounters = Counters;
 
+fn push(v: &mut Vec<Arc<AtomicU64>>, c: &Option<Arc<AtomicU64>>) {
+    if let Some(c) = c {
+        v.push(c.clone());
+    }
+}
+
 impl Dispatcher {
     /// The handshake timeout for an inbound connection (level 0 until a user is known).
     pub fn handshake_timeout(&self) -> Duration {
@@ -36,78 +43,78 @@ impl Dispatcher {
 
     /// Picks the outbound for a session (awaits only when the domain strategy resolves).
     /// The flag tells whether a routing rule chose it (`false`: the default outbound).
-    pub async fn pick(&self, s: &Session) -> (&str, &Arc<dyn OutboundHandler>, bool) {
-        let (tag, routed) = match self.router.route(s).await {
+    pub async fn pick(&self, s: &Session) -> io::Result<(Arc<OutboundEntry>, bool)> {
+        let table = self.outbounds.load();
+        let router = self.router.load();
+        let routed = match router.route(s).await {
             Some(rule) => {
                 if let Some(t) = &rule.tag {
                     tracing::debug!("[{}] {} matched rule {t}", s.inbound_tag, s.dest);
                 }
-                (rule.outbound.as_str(), true)
+                table.get(&rule.outbound).cloned()
             }
-            None => (self.default_outbound.as_str(), false),
+            None => None,
         };
-        match self.outbounds.get_key_value(tag) {
-            Some((t, o)) => (t.as_str(), o, routed),
-            None => {
-                let (t, o) = self
-                    .outbounds
-                    .get_key_value(&self.default_outbound)
-                    .expect("default outbound exists");
-                (t.as_str(), o, false)
-            }
+        match routed {
+            Some(e) => Ok((e, true)),
+            None => table
+                .default_outbound()
+                .cloned()
+                .map(|e| (e, false))
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no outbound")),
         }
     }
 
-    /// The counters a session with this outbound adds to (empty when stats are off).
-    pub fn counters(&self, s: &Session, outbound: &str) -> Counters {
+    /// The counters a session adds to: its inbound's, its outbound's and its user's, all
+    /// resolved when they were built (empty when stats are off).
+    pub fn counters(&self, s: &Session, inbound: &Traffic, outbound: &OutboundEntry) -> Counters {
         let mut c = Counters::default();
-        let Some(st) = &self.stats else { return c };
-        let sys = &self.policy.system;
-        let push = |v: &mut Vec<Arc<AtomicU64>>, on: bool, kind: &str, tag: &str, dir: &str| {
-            if on && !tag.is_empty() {
-                v.push(st.counter(&stats::name(kind, tag, dir)));
-            }
-        };
-        push(
-            &mut c.up,
-            sys.stats_inbound_uplink,
-            "inbound",
-            &s.inbound_tag,
-            "uplink",
-        );
-        push(
-            &mut c.down,
-            sys.stats_inbound_downlink,
-            "inbound",
-            &s.inbound_tag,
-            "downlink",
-        );
-        push(
-            &mut c.up,
-            sys.stats_outbound_uplink,
-            "outbound",
-            outbound,
-            "uplink",
-        );
-        push(
-            &mut c.down,
-            sys.stats_outbound_downlink,
-            "outbound",
-            outbound,
-            "downlink",
-        );
+        if self.stats.is_none() {
+            return c;
+        }
+        push(&mut c.up, &inbound.up);
+        push(&mut c.down, &inbound.down);
+        push(&mut c.up, &outbound.traffic.up);
+        push(&mut c.down, &outbound.traffic.down);
         if let Some(u) = &s.user {
-            let lp = self.policy.level(u.level);
-            push(&mut c.up, lp.stats_user_uplink, "user", &u.email, "uplink");
-            push(
-                &mut c.down,
-                lp.stats_user_downlink,
-                "user",
-                &u.email,
-                "downlink",
-            );
+            push(&mut c.up, &u.traffic.up);
+            push(&mut c.down, &u.traffic.down);
         }
         c
+    }
+
+    /// Serves one accepted connection to its end: the inbound reads its header and says what
+    /// to forward, and this acts on it.
+    pub async fn serve(
+        &self,
+        handler: &dyn InboundHandler,
+        stream: BoxStream,
+        ctx: &InboundCtx,
+    ) -> io::Result<()> {
+        match handler.accept(stream, ctx).await? {
+            Accepted::Stream(session, stream) => self
+                .dispatch_tcp(session, stream, &ctx.traffic)
+                .await
+                .map(|_| ()),
+            Accepted::Packets(session, client) => {
+                Box::pin(crate::app::udp::serve_packets(
+                    self,
+                    session,
+                    client,
+                    &ctx.traffic,
+                ))
+                .await
+            }
+            Accepted::Fallback(_) => {
+                tracing::info!(
+                    "[{}] connection from {}: not this protocol, and no fallback is configured",
+                    ctx.tag,
+                    ctx.info.source
+                );
+                Ok(())
+            }
+            Accepted::Done => Ok(()),
+        }
     }
 
     /// Routes, dials and relays one TCP session to its end. `stream` is the client side,
@@ -115,21 +122,22 @@ impl Dispatcher {
     /// costs: `fn -> impl Future` keeps `session` once (an `async fn` keeps each argument
     /// twice), and only the relay options outlive the dial.
     #[allow(clippy::manual_async_fn)]
-    pub fn dispatch_tcp(
-        &self,
+    pub fn dispatch_tcp<'a>(
+        &'a self,
         session: Session,
         stream: BoxStream,
-    ) -> impl std::future::Future<Output = io::Result<RelayStats>> + Send + '_ {
+        inbound: &'a Traffic,
+    ) -> impl std::future::Future<Output = io::Result<RelayStats>> + Send + 'a {
         async move {
-            let (tag, outbound, routed) = self.pick(&session).await;
-            self.access.accepted(&session, tag, routed);
+            let (outbound, routed) = self.pick(&session).await?;
+            self.access.accepted(&session, &outbound.tag, routed);
             let (handshake, opts) = {
                 let level = self.policy.level(session.level());
                 (level.handshake, level.relay_opts())
             };
             let remote = match tokio::time::timeout(
                 handshake.max(Duration::from_secs(1)),
-                outbound.dial_tcp(&session),
+                outbound.handler.dial_tcp(&session.dest),
             )
             .await
             {
@@ -139,7 +147,7 @@ impl Dispatcher {
                         "[{}] failed to dial {} via {}: {}",
                         session.inbound_tag,
                         session.dest,
-                        tag,
+                        outbound.tag,
                         e
                     );
                     return Err(e);
@@ -149,21 +157,23 @@ impl Dispatcher {
                         "[{}] dial {} via {} timed out",
                         session.inbound_tag,
                         session.dest,
-                        tag
+                        outbound.tag
                     );
                     return Err(io::ErrorKind::TimedOut.into());
                 }
             };
-            let counters = self.counters(&session, tag);
+            let counters = self.counters(&session, inbound, &outbound);
+            drop(outbound);
             let r = relay::run(stream, remote, &opts, &counters).await;
             match &r {
                 Ok(st) => tracing::debug!(
-                    "[{}] {} done: up {} down {} spliced {} timeout {:?}",
+                    "[{}] {} done: up {} down {} spliced {}/{} timeout {:?}",
                     session.inbound_tag,
                     session.dest,
                     st.up,
                     st.down,
-                    st.spliced,
+                    st.up_spliced,
+                    st.down_spliced,
                     st.timed_out
                 ),
                 Err(e) => tracing::debug!(
@@ -181,10 +191,15 @@ impl Dispatcher {
     pub async fn open_udp(
         &self,
         session: &Session,
-    ) -> io::Result<(Box<dyn PacketConn>, UdpCounters, String)> {
-        let (tag, outbound, routed) = self.pick(session).await;
-        self.access.accepted(session, tag, routed);
-        let pc = outbound.dial_udp(session).await?;
-        Ok((pc, self.counters(session, tag), tag.to_string()))
+        inbound: &Traffic,
+    ) -> io::Result<(Box<dyn PacketConn>, UdpCounters, Arc<str>)> {
+        let (outbound, routed) = self.pick(session).await?;
+        self.access.accepted(session, &outbound.tag, routed);
+        let pc = outbound.handler.dial_udp(&session.dest).await?;
+        Ok((
+            pc,
+            self.counters(session, inbound, &outbound),
+            outbound.tag.clone(),
+        ))
     }
 }

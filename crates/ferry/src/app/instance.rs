@@ -1,13 +1,12 @@
 //! A running Ferry: listeners bound from the config, the dispatcher behind them, and graceful stop.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -15,10 +14,12 @@ use crate::app::dispatcher::Dispatcher;
 use crate::app::log::AccessLog;
 use crate::app::stats::Stats;
 use crate::common::Network;
-use crate::config::{Config, Listen};
+use crate::config::{Config, Inbound, Listen};
 use crate::proxy::{InboundCtx, InboundHandler};
-use crate::transport::tcp;
-use crate::transport::tcp::SockOpts;
+use crate::registry::{CounterSource, OutboundEntry, OutboundTable, Swap};
+use crate::session::{ConnInfo, Endpoint, Traffic};
+use crate::transport::chain::Acceptor;
+use crate::transport::Listener;
 
 /// Counts live connections so a stop can wait for them.
 #[derive(Default)]
@@ -60,103 +61,74 @@ impl Live {
     }
 }
 
+/// A running inbound: its handler (and user manager), and the tasks serving its listeners.
+pub struct RunningInbound {
+    pub tag: String,
+    pub protocol: String,
+    pub handler: Arc<dyn InboundHandler>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for RunningInbound {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
 /// A started instance.
 pub struct Instance {
     pub dispatcher: Arc<Dispatcher>,
     pub stats: Option<Arc<Stats>>,
-    /// Every bound address, by inbound tag (TCP and UDP).
-    pub bound: Vec<(String, Network, SocketAddr)>,
+    /// Every bound address, by inbound tag (TCP, UDP and unix).
+    pub bound: Vec<(String, Network, Endpoint)>,
     pub live: Arc<Live>,
+    /// The running inbounds (add and remove them at run time).
+    pub inbounds: Swap<Vec<Arc<RunningInbound>>>,
+    counters: CounterSource,
     listeners: Vec<JoinHandle<()>>,
 }
 
 impl Instance {
     /// Binds every inbound and starts serving.
     pub async fn start(cfg: Config) -> io::Result<Instance> {
-        let stats = cfg.stats.then(|| Arc::new(Stats::default()));
+        let stats = cfg.stats.clone();
         let access = AccessLog::open(&cfg.log).unwrap_or_else(|e| {
             tracing::error!("access log: {e}; access logging disabled");
             AccessLog::disabled()
         });
-        let default_outbound = cfg
-            .outbounds
-            .first()
-            .map(|o| o.tag.clone())
-            .unwrap_or_default();
-        let outbounds: HashMap<_, _> = cfg
+        let entries = cfg
             .outbounds
             .iter()
-            .map(|o| (o.tag.clone(), o.handler.clone()))
+            .map(|o| {
+                Arc::new(OutboundEntry {
+                    tag: o.tag.as_str().into(),
+                    protocol: o.protocol.clone(),
+                    handler: o.handler.clone(),
+                    traffic: cfg.counters.outbound(&o.tag),
+                })
+            })
             .collect();
+        cfg.registry.store(OutboundTable::new(entries));
         let dispatcher = Arc::new(Dispatcher {
-            router: cfg.router.clone(),
-            outbounds,
-            default_outbound,
+            router: Swap::new(cfg.router.clone()),
+            outbounds: cfg.registry.clone(),
             policy: cfg.policy.clone(),
             stats: stats.clone(),
             access,
         });
-        let live = Arc::new(Live::default());
-        let mut listeners = Vec::new();
-        let mut bound = Vec::new();
-        for ib in &cfg.inbounds {
-            let Listen::Ip(ip, ranges) = &ib.listen;
-            for (a, b) in ranges {
-                for port in *a..=*b {
-                    let addr = SocketAddr::new(*ip, port);
-                    let tag: Arc<str> = ib.tag.as_str().into();
-                    if ib.handler.networks().contains(&Network::Tcp) {
-                        let l = tcp::listen(addr).map_err(|e| {
-                            io::Error::new(
-                                e.kind(),
-                                format!("inbound {:?}: listen tcp {addr}: {e}", ib.tag),
-                            )
-                        })?;
-                        let local = l.local_addr()?;
-                        bound.push((ib.tag.clone(), Network::Tcp, local));
-                        tracing::info!(
-                            "inbound {:?} ({}) listening on tcp {local}",
-                            ib.tag,
-                            ib.protocol
-                        );
-                        listeners.push(tokio::spawn(accept_loop(
-                            l,
-                            ib.handler.clone(),
-                            tag.clone(),
-                            dispatcher.clone(),
-                            ib.sockopt.clone(),
-                            live.clone(),
-                        )));
-                    }
-                    if ib.handler.networks().contains(&Network::Udp) {
-                        let u = UdpSocket::bind(addr).await.map_err(|e| {
-                            io::Error::new(
-                                e.kind(),
-                                format!("inbound {:?}: listen udp {addr}: {e}", ib.tag),
-                            )
-                        })?;
-                        let local = u.local_addr()?;
-                        bound.push((ib.tag.clone(), Network::Udp, local));
-                        tracing::info!(
-                            "inbound {:?} ({}) listening on udp {local}",
-                            ib.tag,
-                            ib.protocol
-                        );
-                        let ctx = InboundCtx {
-                            tag,
-                            source: local,
-                            local,
-                            dispatcher: dispatcher.clone(),
-                        };
-                        let h = ib.handler.clone();
-                        listeners.push(tokio::spawn(async move {
-                            if let Err(e) = h.serve_udp(Arc::new(u), ctx).await {
-                                tracing::error!("udp inbound on {local} stopped: {e}");
-                            }
-                        }));
-                    }
-                }
-            }
+        let mut inst = Instance {
+            dispatcher,
+            stats: stats.clone(),
+            bound: Vec::new(),
+            live: Arc::new(Live::default()),
+            inbounds: Swap::new(Vec::new()),
+            counters: cfg.counters.clone(),
+            listeners: Vec::new(),
+        };
+        for ib in cfg.inbounds {
+            inst.add_inbound(ib).await?;
         }
         if let (Some(addr), Some(st)) = (cfg.metrics, stats.as_ref()) {
             let l = crate::app::metrics::bind(addr).await?;
@@ -164,17 +136,121 @@ impl Instance {
                 "metrics on http://{}/debug/vars and /metrics",
                 l.local_addr()?
             );
-            listeners.push(tokio::spawn(crate::app::metrics::serve(l, st.clone())));
+            inst.listeners
+                .push(tokio::spawn(crate::app::metrics::serve(l, st.clone())));
         } else if cfg.metrics.is_some() {
             tracing::warn!("metrics: the stats object is absent, so there is nothing to expose");
         }
-        Ok(Instance {
-            dispatcher,
-            stats,
-            bound,
-            live,
-            listeners,
+        Ok(inst)
+    }
+
+    /// Binds one inbound's listeners and starts serving it. Its tag must be new.
+    pub async fn add_inbound(&mut self, ib: Inbound) -> io::Result<()> {
+        if !ib.tag.is_empty() && self.inbound(&ib.tag).is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("inbound {:?} exists", ib.tag),
+            ));
+        }
+        let tag: Arc<str> = ib.tag.as_str().into();
+        let serve = Arc::new(Serve {
+            handler: ib.handler.clone(),
+            tag: tag.clone(),
+            dispatcher: self.dispatcher.clone(),
+            acceptor: ib.stream.acceptor(),
+            traffic: Arc::new(self.counters.inbound(&ib.tag)),
+            live: self.live.clone(),
+        });
+        let mut tasks = Vec::new();
+        let named = |e: io::Error, what: String| {
+            io::Error::new(
+                e.kind(),
+                format!("inbound {:?}: listen {what}: {e}", ib.tag),
+            )
+        };
+        let mut addrs = Vec::new();
+        match &ib.listen {
+            Listen::Ip(ip, ranges) => {
+                for (a, b) in ranges {
+                    for port in *a..=*b {
+                        addrs.push(SocketAddr::new(*ip, port));
+                    }
+                }
+            }
+            Listen::Unix(path) => {
+                let l = Listener::unix(path).map_err(|e| named(e, path.text()))?;
+                let local = l.local()?;
+                tracing::info!(
+                    "inbound {:?} ({}) listening on {local}",
+                    ib.tag,
+                    ib.protocol
+                );
+                self.bound.push((ib.tag.clone(), Network::Tcp, local));
+                tasks.push(tokio::spawn(serve.clone().accept_loop(l)));
+            }
+        }
+        for addr in addrs {
+            if ib.handler.networks().contains(&Network::Tcp) {
+                let l = Listener::tcp(addr, ib.stream.sockopt.clone())
+                    .map_err(|e| named(e, format!("tcp {addr}")))?;
+                let local = l.local()?;
+                self.bound
+                    .push((ib.tag.clone(), Network::Tcp, local.clone()));
+                tracing::info!(
+                    "inbound {:?} ({}) listening on tcp {local}",
+                    ib.tag,
+                    ib.protocol
+                );
+                tasks.push(tokio::spawn(serve.clone().accept_loop(l)));
+            }
+            if ib.handler.networks().contains(&Network::Udp) {
+                let u = UdpSocket::bind(addr)
+                    .await
+                    .map_err(|e| named(e, format!("udp {addr}")))?;
+                let local = u.local_addr()?;
+                self.bound
+                    .push((ib.tag.clone(), Network::Udp, local.into()));
+                tracing::info!(
+                    "inbound {:?} ({}) listening on udp {local}",
+                    ib.tag,
+                    ib.protocol
+                );
+                let ctx = serve.ctx(ConnInfo::new(local.into(), local.into()));
+                let h = ib.handler.clone();
+                tasks.push(tokio::spawn(async move {
+                    if let Err(e) = h.serve_udp(Arc::new(u), ctx).await {
+                        tracing::error!("udp inbound on {local} stopped: {e}");
+                    }
+                }));
+            }
+        }
+        let running = Arc::new(RunningInbound {
+            tag: ib.tag,
+            protocol: ib.protocol,
+            handler: ib.handler,
+            tasks,
+        });
+        self.inbounds.update(|v| {
+            let mut n = v.clone();
+            n.push(running);
+            (n, ())
+        });
+        Ok(())
+    }
+
+    /// Stops one inbound's listeners (its live connections go on); false when no inbound has
+    /// this tag.
+    pub fn remove_inbound(&self, tag: &str) -> bool {
+        self.inbounds.update(|v| {
+            let n: Vec<_> = v.iter().filter(|i| i.tag != tag).cloned().collect();
+            let removed = n.len() != v.len();
+            (n, removed)
         })
+    }
+
+    /// The running inbound with this tag.
+    pub fn inbound(&self, tag: &str) -> Option<Arc<RunningInbound>> {
+        self.inbounds.load().iter().find(|i| i.tag == tag).cloned()
     }
 
     /// Stops accepting new connections and waits up to `grace` for live ones. Returns how many
@@ -183,49 +259,71 @@ impl Instance {
         for l in &self.listeners {
             l.abort();
         }
+        self.inbounds.store(Vec::new());
         self.live.drain(grace).await
     }
 }
 
-async fn accept_loop(
-    l: TcpListener,
+/// What every connection of one inbound shares.
+struct Serve {
     handler: Arc<dyn InboundHandler>,
     tag: Arc<str>,
     dispatcher: Arc<Dispatcher>,
-    opts: SockOpts,
+    acceptor: Acceptor,
+    traffic: Arc<Traffic>,
     live: Arc<Live>,
-) {
-    let local = l
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    loop {
-        let (sock, peer) = match l.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!("accept on {local}: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        if let Err(e) = tcp::accepted(&sock, &opts) {
-            tracing::debug!("socket options on {peer}: {e}");
+}
+
+impl Serve {
+    fn ctx(&self, info: ConnInfo) -> InboundCtx {
+        InboundCtx {
+            tag: self.tag.clone(),
+            info,
+            dispatcher: self.dispatcher.clone(),
+            traffic: self.traffic.clone(),
         }
-        let guard = live.enter();
-        let ctx = InboundCtx {
-            tag: tag.clone(),
-            source: peer,
-            // The address this connection arrived on (the listener's may be unspecified).
-            local: sock.local_addr().unwrap_or(local),
-            dispatcher: dispatcher.clone(),
-        };
-        let h = handler.clone();
-        let t = tag.clone();
-        tokio::spawn(async move {
-            let _guard = guard;
-            if let Err(e) = h.handle_tcp(Box::new(sock), ctx).await {
-                tracing::info!("[{t}] connection from {peer} ended: {e}");
-            }
-        });
+    }
+
+    async fn accept_loop(self: Arc<Self>, l: Listener) {
+        let local = l
+            .local()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|_| "?".into());
+        loop {
+            let (stream, source, local_ep) = match l.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!("accept on {local}: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let guard = self.live.enter();
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _guard = guard;
+                let mut info = ConnInfo::new(source, local_ep);
+                let stream = if me.acceptor.is_empty() {
+                    stream
+                } else {
+                    match me.acceptor.accept(stream, &mut info).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::info!("[{}] connection from {}: {e}", me.tag, info.source);
+                            return;
+                        }
+                    }
+                };
+                let ctx = me.ctx(info);
+                if let Err(e) = me.dispatcher.serve(&*me.handler, stream, &ctx).await {
+                    tracing::info!(
+                        "[{}] connection from {} ended: {e}",
+                        me.tag,
+                        ctx.info.source
+                    );
+                }
+            });
+        }
     }
 }

@@ -99,7 +99,7 @@ impl AccessLog {
     }
 
     /// `from SRC rejected REASON`
-    pub fn rejected(&self, source: std::net::SocketAddr, reason: &str) {
+    pub fn rejected(&self, source: &crate::session::Endpoint, reason: &str) {
         let Some(out) = &self.out else { return };
         if let Ok(mut w) = out.lock() {
             let _ = writeln!(w, "{} from {} rejected {}", timestamp(), source, reason);
@@ -188,10 +188,7 @@ mod tests {
         );
         s.inbound_tag = "".into();
         s.network = Network::Udp;
-        s.user = Some(User {
-            email: "a@b".into(),
-            level: 0,
-        });
+        s.user = Some(User::new("a@b", 0));
         assert_eq!(
             accepted_line(&s, "out", true),
             "from 127.0.0.1:5000 accepted udp:example.com:443 [out] email: a@b"

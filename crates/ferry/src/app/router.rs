@@ -334,8 +334,8 @@ impl Cond {
             Cond::SourcePort(p) => p.contains(s.source.port()),
             Cond::LocalPort(p) => p.contains(s.local.port()),
             Cond::User(u) => s.user.as_ref().is_some_and(|u2| u.contains(&*u2.email)),
-            Cond::Source(set) => set.contains(s.source.ip()),
-            Cond::LocalIp(set) => set.contains(s.local.ip()),
+            Cond::Source(set) => s.source.ip().is_some_and(|ip| set.contains(ip)),
+            Cond::LocalIp(set) => s.local.ip().is_some_and(|ip| set.contains(ip)),
             Cond::Domain(d) => s.dest.addr.domain().is_some_and(|x| d.matches(x)),
             Cond::Ip(set) => match &s.dest.addr {
                 Address::Ip(ip) => set.contains(*ip),
@@ -756,10 +756,7 @@ mod tests {
         s.network = Network::Udp;
         assert_eq!(route(&r, &s).as_deref(), Some("udp"));
         let mut s = sess("a.com:80");
-        s.user = Some(crate::proxy::User {
-            email: "a@b.c".into(),
-            level: 0,
-        });
+        s.user = Some(crate::proxy::User::new("a@b.c", 0));
         assert_eq!(route(&r, &s).as_deref(), Some("user"));
         assert_eq!(route(&r, &sess("x.com:1")).as_deref(), Some("full"));
         assert_eq!(route(&r, &sess("www.x.com:1")), None);
@@ -768,11 +765,11 @@ mod tests {
         assert_eq!(route(&r, &sess("[2001:db8::1]:1")).as_deref(), Some("ip"));
         assert_eq!(route(&r, &sess("a.com:7050")).as_deref(), Some("port"));
         let mut s = sess("a.com:1");
-        s.source = "10.0.0.1:5555".parse::<SocketAddr>().unwrap();
+        s.source = "10.0.0.1:5555".parse::<SocketAddr>().unwrap().into();
         assert_eq!(route(&r, &s).as_deref(), Some("sport"));
-        s.source = "10.9.3.3:1".parse::<SocketAddr>().unwrap();
+        s.source = "10.9.3.3:1".parse::<SocketAddr>().unwrap().into();
         assert_eq!(route(&r, &s).as_deref(), Some("src"));
-        s.source = "10.8.0.1:1".parse::<SocketAddr>().unwrap();
+        s.source = "10.8.0.1:1".parse::<SocketAddr>().unwrap().into();
         assert_eq!(route(&r, &s).as_deref(), Some("src2"));
         let rule = rt_route(&r, &sess("re.example:1")).unwrap();
         assert_eq!((rule.0.as_str(), rule.1.as_deref()), ("re", Some("t")));

@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 
 use crate::app::dispatcher::Dispatcher;
 use crate::common::Destination;
-use crate::proxy::Session;
+use crate::proxy::{PacketConn, Session};
+use crate::session::Traffic;
 
 /// Sends a reply datagram back to a client, in whatever framing the inbound speaks.
 #[async_trait]
@@ -34,6 +35,7 @@ pub struct UdpNat {
     dispatcher: Arc<Dispatcher>,
     reply: Arc<dyn UdpReply>,
     idle: Duration,
+    inbound: Arc<Traffic>,
 }
 
 impl UdpNat {
@@ -41,6 +43,7 @@ impl UdpNat {
         dispatcher: Arc<Dispatcher>,
         reply: Arc<dyn UdpReply>,
         idle: Duration,
+        inbound: Arc<Traffic>,
     ) -> Arc<UdpNat> {
         Arc::new(UdpNat {
             sessions: Mutex::new(HashMap::new()),
@@ -48,6 +51,7 @@ impl UdpNat {
             dispatcher,
             reply,
             idle,
+            inbound,
         })
     }
 
@@ -68,9 +72,10 @@ impl UdpNat {
             .clear();
     }
 
-    /// Forwards one datagram from `session.source` to `session.dest`, opening a session if needed.
-    pub fn send(self: &Arc<Self>, session: Session, data: Bytes) {
-        let key = session.source;
+    /// Forwards one datagram from `client` (as `session`) to `session.dest`, opening a
+    /// session for that client if needed.
+    pub fn send(self: &Arc<Self>, client: SocketAddr, session: Session, data: Bytes) {
+        let key = client;
         let dest = session.dest.clone();
         let mut map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, tx)) = map.get(&key) {
@@ -82,16 +87,17 @@ impl UdpNat {
                 }
                 Err(mpsc::error::TrySendError::Closed((d, dst))) => {
                     map.remove(&key);
-                    return self.open(map, session, d, dst);
+                    return self.open(map, key, session, d, dst);
                 }
             }
         }
-        self.open(map, session, data, dest)
+        self.open(map, key, session, data, dest)
     }
 
     fn open(
         self: &Arc<Self>,
         mut map: std::sync::MutexGuard<'_, HashMap<SocketAddr, Entry>>,
+        key: SocketAddr,
         session: Session,
         data: Bytes,
         dest: Destination,
@@ -99,12 +105,11 @@ impl UdpNat {
         let (tx, rx) = mpsc::channel(512);
         let _ = tx.try_send((data, dest));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        map.insert(session.source, (id, tx));
+        map.insert(key, (id, tx));
         drop(map);
         let me = self.clone();
         tokio::spawn(async move {
-            let key = session.source;
-            if let Err(e) = me.run(session, rx).await {
+            if let Err(e) = me.run(key, session, rx).await {
                 tracing::debug!("udp session {key} ended: {e}");
             }
             let mut map = me.sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -116,10 +121,11 @@ impl UdpNat {
 
     async fn run(
         &self,
+        client: SocketAddr,
         session: Session,
         mut rx: mpsc::Receiver<(Bytes, Destination)>,
     ) -> io::Result<()> {
-        let (pc, counters, _tag) = self.dispatcher.open_udp(&session).await?;
+        let (pc, counters, _tag) = self.dispatcher.open_udp(&session, &self.inbound).await?;
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let idle = tokio::time::sleep(self.idle);
         tokio::pin!(idle);
@@ -128,7 +134,7 @@ impl UdpNat {
                 m = rx.recv() => {
                     let Some((data, dest)) = m else { return Ok(()) };
                     if let Err(e) = pc.send_to(&data, &dest).await {
-                        tracing::debug!("udp {} -> {dest}: {e}", session.source);
+                        tracing::debug!("udp {client} -> {dest}: {e}");
                         continue;
                     }
                     for c in &counters.up { c.fetch_add(data.len() as u64, Ordering::Relaxed); }
@@ -136,12 +142,69 @@ impl UdpNat {
                 }
                 r = pc.recv_from(&mut buf) => {
                     let (n, from) = r?;
-                    self.reply.reply(session.source, &buf[..n], &from).await?;
+                    self.reply.reply(client, &buf[..n], &from).await?;
                     for c in &counters.down { c.fetch_add(n as u64, Ordering::Relaxed); }
                     idle.as_mut().reset(tokio::time::Instant::now() + self.idle);
                 }
                 _ = &mut idle => return Ok(()),
             }
+        }
+    }
+}
+
+/// Serves the datagrams one inbound connection carries (VMess UDP, SOCKS UDP ASSOCIATE):
+/// the first datagram's destination routes the session, then datagrams flow both ways
+/// through one outbound packet channel until the client is done or the level's idle time
+/// passes without traffic.
+pub async fn serve_packets(
+    d: &Dispatcher,
+    mut session: Session,
+    client: Box<dyn PacketConn>,
+    inbound: &Traffic,
+) -> io::Result<()> {
+    let idle = d.policy.level(session.level()).conn_idle;
+    let idle = if idle.is_zero() {
+        Duration::from_secs(300)
+    } else {
+        idle
+    };
+    let ended = |e: io::Error| match e.kind() {
+        io::ErrorKind::UnexpectedEof => Ok(()),
+        _ => Err(e),
+    };
+    let mut up = vec![0u8; MAX_DATAGRAM];
+    let (n, dest) = match tokio::time::timeout(idle, client.recv_from(&mut up)).await {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return ended(e),
+        Err(_) => return Ok(()),
+    };
+    session.dest = dest.clone();
+    let (pc, counters, _tag) = d.open_udp(&session, inbound).await?;
+    let add = |v: &[Arc<AtomicU64>], n: usize| {
+        for c in v {
+            c.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    };
+    let mut first = Some((n, dest));
+    let mut down = vec![0u8; MAX_DATAGRAM];
+    loop {
+        if let Some((n, dest)) = first.take() {
+            match pc.send_to(&up[..n], &dest).await {
+                Ok(()) => add(&counters.up, n),
+                Err(e) => tracing::debug!("[{}] udp -> {dest}: {e}", session.inbound_tag),
+            }
+        }
+        tokio::select! {
+            r = client.recv_from(&mut up) => match r {
+                Ok(x) => first = Some(x),
+                Err(e) => return ended(e),
+            },
+            r = pc.recv_from(&mut down) => {
+                let (n, from) = r?;
+                client.send_to(&down[..n], &from).await?;
+                add(&counters.down, n);
+            }
+            _ = tokio::time::sleep(idle) => return Ok(()),
         }
     }
 }

@@ -18,14 +18,19 @@ pub use reader::{ConfigError, Diagnostics, Obj};
 use crate::app::log::LogConfig;
 use crate::app::policy::Policy;
 use crate::app::router::Router;
+use crate::app::stats::Stats;
 use crate::proxy::{self, InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
-use crate::transport::tcp::SockOpts;
+use crate::registry::{CounterSource, Outbounds};
+use crate::transport::listener::UnixPath;
+use stream::{ParseStream, StreamSettings};
 
 /// Where an inbound listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Listen {
     /// An IP address and one or more port ranges.
     Ip(IpAddr, Vec<(u16, u16)>),
+    /// A unix socket: a path, `@abstract` or `@@padded` (the port is not used).
+    Unix(UnixPath),
 }
 
 /// One inbound, ready to bind.
@@ -34,7 +39,8 @@ pub struct Inbound {
     pub listen: Listen,
     pub protocol: String,
     pub handler: Arc<dyn InboundHandler>,
-    pub sockopt: SockOpts,
+    /// Socket options and the acceptor chain's layers.
+    pub stream: StreamSettings,
 }
 
 /// One outbound, ready to dial.
@@ -51,9 +57,13 @@ pub struct Config {
     pub outbounds: Vec<Outbound>,
     pub router: Router,
     pub policy: Policy,
-    /// The `stats` object is present.
-    pub stats: bool,
+    /// `Some` when the `stats` object is present: the counters every layer adds to.
+    pub stats: Option<Arc<Stats>>,
     pub metrics: Option<SocketAddr>,
+    /// The outbound registry chained outbounds dial through (filled when the instance starts).
+    pub registry: Arc<Outbounds>,
+    /// Resolves the counters of inbounds, outbounds and users.
+    pub counters: CounterSource,
 }
 
 /// Merges several config files the way Xray does (untitled sources; see [`merge_named`]).
@@ -163,9 +173,11 @@ pub fn parse_ports(v: &Value, path: &str) -> reader::Result<Vec<(u16, u16)>> {
     Ok(out)
 }
 
-fn parse_listen_ip(o: &Obj<'_>) -> reader::Result<IpAddr> {
+/// Reads `listen`: an IP address (default 0.0.0.0), or a unix socket; `None` for an IP
+/// listener means the caller reads the ports.
+fn parse_listen(o: &Obj<'_>) -> reader::Result<Result<IpAddr, UnixPath>> {
     let Some(s) = o.str("listen")? else {
-        return Ok(IpAddr::from([0, 0, 0, 0]));
+        return Ok(Ok(IpAddr::from([0, 0, 0, 0])));
     };
     let s = match s.strip_prefix("env:") {
         Some(n) => std::env::var(n).map_err(|_| {
@@ -177,16 +189,53 @@ fn parse_listen_ip(o: &Obj<'_>) -> reader::Result<IpAddr> {
         None => s,
     };
     if s.eq_ignore_ascii_case("localhost") {
-        return Ok(IpAddr::from([127, 0, 0, 1]));
+        return Ok(Ok(IpAddr::from([127, 0, 0, 1])));
     }
-    if s.starts_with('/') || s.starts_with('@') {
-        return Err(ConfigError::new(
+    if let Some(u) = UnixPath::parse(&s) {
+        if matches!(&u, UnixPath::Abstract(n) | UnixPath::Padded(n) if n.is_empty()) {
+            return Err(ConfigError::new(
+                o.key_path("listen"),
+                "an abstract socket needs a name",
+            ));
+        }
+        return Ok(Err(u));
+    }
+    s.parse().map(Ok).map_err(|_| {
+        ConfigError::new(
             o.key_path("listen"),
-            format!("unix socket listeners ({s:?}) are not supported yet"),
-        ));
+            format!("{s:?} is not an IP address or a unix socket path"),
+        )
+    })
+}
+
+/// Checks `proxySettings` / `dialerProxy` chains: each names an existing outbound, and no
+/// chain loops back to where it started.
+fn check_chains(chains: &[(String, String, String)], tags: &HashSet<String>) -> reader::Result<()> {
+    let via: std::collections::HashMap<&str, &str> = chains
+        .iter()
+        .map(|(_, from, to)| (from.as_str(), to.as_str()))
+        .collect();
+    for (path, from, to) in chains {
+        if !tags.contains(to) {
+            return Err(ConfigError::new(
+                path.as_str(),
+                format!("dials through outbound {to:?}, which does not exist"),
+            ));
+        }
+        let mut seen = vec![from.as_str()];
+        let mut cur = to.as_str();
+        while let Some(next) = via.get(cur) {
+            seen.push(cur);
+            if seen.contains(next) {
+                return Err(ConfigError::new(
+                    path.as_str(),
+                    format!("dialer chain loops: {} -> {next}", seen.join(" -> ")),
+                ));
+            }
+            cur = next;
+        }
     }
-    s.parse()
-        .map_err(|_| ConfigError::new(o.key_path("listen"), format!("{s:?} is not an IP address")))
+    Ok(())
 }
 
 fn protocol_name(o: &Obj<'_>) -> reader::Result<String> {
@@ -241,9 +290,13 @@ impl Config {
         let stats = match root.obj("stats")? {
             Some(s) => {
                 s.finish();
-                true
+                Some(Arc::new(Stats::default()))
             }
-            None => false,
+            None => None,
+        };
+        let counters = CounterSource {
+            stats: stats.clone(),
+            policy: policy.clone(),
         };
         let metrics = match root.obj("metrics")? {
             Some(m) => {
@@ -267,6 +320,10 @@ impl Config {
 
         let mut outbounds = Vec::new();
         let mut tags = HashSet::new();
+        // The registry chained outbounds dial through; the instance fills it.
+        let registry = Arc::new(crate::registry::Outbounds::default());
+        // (path, outbound, the outbound it dials through)
+        let mut chains: Vec<(String, String, String)> = Vec::new();
         for o in root.objs(&["outbounds"])? {
             let tag = o.str("tag")?.unwrap_or_default();
             if !tag.is_empty() && !tags.insert(tag.clone()) {
@@ -278,7 +335,7 @@ impl Config {
             let name = protocol_name(&o)?;
             let builder = proxy::outbound_builder(&name)
                 .ok_or_else(|| unsupported_protocol(&o, &name, "outbound"))?;
-            let ss = stream::StreamSettings::parse(&o, true)?;
+            let ss = StreamSettings::parse(&o, true)?;
             if let Some(m) = o.obj("mux")? {
                 if m.bool("enabled")?.unwrap_or(false) {
                     return Err(ConfigError::new(
@@ -289,11 +346,15 @@ impl Config {
                 m.ignore(&["concurrency", "xudpConcurrency", "xudpProxyUDP443"]);
                 m.finish();
             }
-            if o.has("proxySettings") {
-                return Err(ConfigError::new(
-                    o.key_path("proxySettings"),
-                    "proxySettings chains are not supported yet",
-                ));
+            let mut ss = ss;
+            if let Some(p) = o.obj("proxySettings")? {
+                let t = p
+                    .str("tag")?
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| ConfigError::new(p.key_path("tag"), "is required"))?;
+                p.ignore(&["transportLayer"]);
+                p.finish();
+                ss.dialer_proxy = Some(t);
             }
             let send_through = match o.str("sendThrough")? {
                 Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
@@ -304,9 +365,23 @@ impl Config {
                 })?),
                 None => None,
             };
-            let mut sock = ss.sockopt.clone();
-            sock.bind = send_through;
-            let dialer = Arc::new(crate::transport::TcpDialer { opts: sock });
+            ss.sockopt.bind = send_through;
+            if let Some(via) = &ss.dialer_proxy {
+                if *via == tag {
+                    return Err(ConfigError::new(
+                        o.path(),
+                        format!("outbound {tag:?} cannot dial through itself"),
+                    ));
+                }
+                chains.push((o.path().to_string(), tag.clone(), via.clone()));
+            }
+            let via = ss.dialer_proxy.clone().map(|t| {
+                Arc::new(crate::registry::OutboundRef {
+                    tag: t,
+                    table: registry.clone(),
+                }) as Arc<dyn crate::transport::Dialer>
+            });
+            let dialer = ss.dialer(via);
             let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
             let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
             let handler = builder(
@@ -315,6 +390,7 @@ impl Config {
                     tag: &tag,
                     diag,
                     dialer,
+                    sockopt: ss.sockopt.clone(),
                 },
             )?;
             settings.finish();
@@ -336,6 +412,7 @@ impl Config {
                 handler: Arc::new(proxy::freedom::Freedom::default()),
             });
         }
+        check_chains(&chains, &tags)?;
 
         let mut inbounds = Vec::new();
         let mut in_tags = HashSet::new();
@@ -350,12 +427,20 @@ impl Config {
             let name = protocol_name(&o)?;
             let builder = proxy::inbound_builder(&name)
                 .ok_or_else(|| unsupported_protocol(&o, &name, "inbound"))?;
-            let ip = parse_listen_ip(&o)?;
-            let (pp, pv) = o
-                .get("port")
-                .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
-            let ports = parse_ports(pv, &pp)?;
-            let ss = stream::StreamSettings::parse(&o, false)?;
+            let listen = match parse_listen(&o)? {
+                Ok(ip) => {
+                    let (pp, pv) = o
+                        .get("port")
+                        .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
+                    Listen::Ip(ip, parse_ports(pv, &pp)?)
+                }
+                Err(unix) => {
+                    // Xray ignores the port of a unix listener.
+                    o.ignore(&["port"]);
+                    Listen::Unix(unix)
+                }
+            };
+            let ss = StreamSettings::parse(&o, false)?;
             if let Some(s) = o.obj("sniffing")? {
                 if s.bool("enabled")?.unwrap_or(false) {
                     diag.warn(
@@ -375,15 +460,22 @@ impl Config {
             o.ignore(&["allocate"]);
             let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
             let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
-            let handler = builder(&settings, &InboundBuild { tag: &tag, diag })?;
+            let handler = builder(
+                &settings,
+                &InboundBuild {
+                    tag: &tag,
+                    diag,
+                    counters: &counters,
+                },
+            )?;
             settings.finish();
             o.finish();
             inbounds.push(Inbound {
                 tag,
-                listen: Listen::Ip(ip, ports),
+                listen,
                 protocol: name,
                 handler,
-                sockopt: ss.sockopt,
+                stream: ss,
             });
         }
 
@@ -444,6 +536,8 @@ impl Config {
             policy,
             stats,
             metrics,
+            registry,
+            counters,
         })
     }
 }

@@ -1,17 +1,17 @@
-//! `streamSettings`: the transport and security below a protocol.
+//! `streamSettings`: the transport and security below a protocol, read into the one typed
+//! [`StreamSettings`] that builds both the acceptor and the dialer chain.
 
 use crate::config::reader::{ConfigError, Obj, Result};
-use crate::transport::tcp::SockOpts;
+pub use crate::transport::chain::StreamSettings;
 
-/// What Ferry understood of an object's `streamSettings`.
-#[derive(Clone, Debug, Default)]
-pub struct StreamSettings {
-    pub sockopt: SockOpts,
+/// Reads `streamSettings` objects.
+pub trait ParseStream: Sized {
+    /// Reads `parent.streamSettings` (absent = raw TCP without security).
+    fn parse(parent: &Obj<'_>, outbound: bool) -> Result<Self>;
 }
 
-impl StreamSettings {
-    /// Reads `parent.streamSettings` (absent = raw TCP without security).
-    pub fn parse(parent: &Obj<'_>, _outbound: bool) -> Result<StreamSettings> {
+impl ParseStream for StreamSettings {
+    fn parse(parent: &Obj<'_>, outbound: bool) -> Result<StreamSettings> {
         let Some(s) = parent.obj("streamSettings")? else {
             return Ok(StreamSettings::default());
         };
@@ -97,11 +97,14 @@ impl StreamSettings {
                     ));
                 }
             }
-            if so.str("dialerProxy")?.is_some_and(|d| !d.is_empty()) {
-                return Err(ConfigError::new(
-                    so.key_path("dialerProxy"),
-                    "dialerProxy is not supported yet",
-                ));
+            if let Some(d) = so.str("dialerProxy")?.filter(|d| !d.is_empty()) {
+                if !outbound {
+                    return Err(ConfigError::new(
+                        so.key_path("dialerProxy"),
+                        "dialerProxy applies to outbounds only",
+                    ));
+                }
+                out.dialer_proxy = Some(d);
             }
             for k in [
                 "tcpFastOpen",

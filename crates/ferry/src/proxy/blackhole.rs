@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{OutboundBuild, OutboundHandler, PacketConn, Session};
+use super::{OutboundBuild, OutboundHandler, PacketConn};
 use crate::common::Destination;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::transport::{BoxStream, Stream};
@@ -76,11 +76,7 @@ impl AsyncWrite for Sink {
     }
 }
 
-impl Stream for Sink {
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
-    }
-}
+impl Stream for Sink {}
 
 struct NoPackets;
 
@@ -96,10 +92,10 @@ impl PacketConn for NoPackets {
 
 #[async_trait]
 impl OutboundHandler for Blackhole {
-    async fn dial_tcp(&self, _s: &Session) -> io::Result<BoxStream> {
+    async fn dial_tcp(&self, _dest: &Destination) -> io::Result<BoxStream> {
         Ok(Box::new(Sink(self.response.clone())))
     }
-    async fn dial_udp(&self, _s: &Session) -> io::Result<Box<dyn PacketConn>> {
+    async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         Ok(Box::new(NoPackets))
     }
 }

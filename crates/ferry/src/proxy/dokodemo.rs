@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::net::UdpSocket;
 
-use super::{InboundBuild, InboundCtx, InboundHandler};
+use super::{Accepted, InboundBuild, InboundCtx, InboundHandler};
 use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::{Address, Destination, Network};
 use crate::config::reader::{ConfigError, Obj, Result};
@@ -63,12 +63,12 @@ impl UdpReply for Reply {
 
 #[async_trait]
 impl InboundHandler for Dokodemo {
-    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+    async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         if !self.networks.contains(&Network::Tcp) {
-            return Ok(());
+            return Ok(Accepted::Done);
         }
         let s = ctx.session(self.dest.clone(), Network::Tcp, "dokodemo-door");
-        ctx.dispatcher.dispatch_tcp(s, stream).await.map(|_| ())
+        Ok(Accepted::Stream(s, stream))
     }
 
     fn networks(&self) -> &[Network] {
@@ -81,14 +81,14 @@ impl InboundHandler for Dokodemo {
             ctx.dispatcher.clone(),
             Arc::new(Reply(socket.clone())),
             idle,
+            ctx.traffic.clone(),
         );
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {
             let (n, from) = socket.recv_from(&mut buf).await?;
-            let mut c = ctx.clone();
-            c.source = from;
-            let s = c.session(self.dest.clone(), Network::Udp, "dokodemo-door");
-            nat.send(s, Bytes::copy_from_slice(&buf[..n]));
+            let mut s = ctx.session(self.dest.clone(), Network::Udp, "dokodemo-door");
+            s.source = from.into();
+            nat.send(from, s, Bytes::copy_from_slice(&buf[..n]));
         }
     }
 }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::net::UdpSocket;
 
-use super::{OutboundBuild, OutboundHandler, PacketConn, Session};
-use crate::common::{Address, Destination};
+use super::{OutboundBuild, OutboundHandler, PacketConn};
+use crate::common::{Address, Destination, Network};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::transport::tcp::{self, SockOpts};
-use crate::transport::BoxStream;
+use crate::transport::{BoxStream, Dialer, SocketDialer};
 
 /// `domainStrategy` of freedom.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,16 +24,184 @@ pub enum Strategy {
     UseIpv6,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Freedom {
     pub strategy: Strategy,
     /// `redirect`: host and/or port that replace the destination's (`None` keeps it).
     pub redirect: Option<(Option<Address>, Option<u16>)>,
+    /// Dials each resolved address (`sendThrough`, `sockopt`, or a `dialerProxy` chain).
+    pub dialer: Arc<dyn Dialer>,
+    /// Socket options of its own UDP socket (`sendThrough` binds it).
     pub sockopt: SockOpts,
+    /// `finalRules`: allow or block the final (resolved) destination.
+    pub final_rules: Vec<FinalRule>,
+}
+
+impl Default for Freedom {
+    fn default() -> Self {
+        Freedom {
+            strategy: Strategy::AsIs,
+            redirect: None,
+            dialer: Arc::new(SocketDialer {
+                opts: SockOpts::default(),
+            }),
+            sockopt: SockOpts::default(),
+            final_rules: Vec::new(),
+        }
+    }
+}
+
+/// One of freedom's `finalRules`: when every condition it has matches the final destination,
+/// its action decides. Rules are tried in order; when none matches, the connection goes.
+#[derive(Clone, Debug)]
+pub struct FinalRule {
+    pub allow: bool,
+    pub networks: Option<Vec<Network>>,
+    pub ports: Option<Vec<(u16, u16)>>,
+    pub ips: Option<Vec<(IpAddr, u8)>>,
+}
+
+/// `geoip:private`: the ranges Xray's private list holds (RFC 1918, loopback, link-local,
+/// CGNAT, multicast and the reserved blocks, and their IPv6 kin).
+const PRIVATE: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.88.99.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "224.0.0.0/3",
+    "::/127",
+    "fc00::/7",
+    "fe80::/10",
+    "ff00::/8",
+];
+
+fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
+    let (ip, bits) = match s.split_once('/') {
+        Some((ip, b)) => (ip.parse::<IpAddr>().ok()?, b.parse::<u8>().ok()?),
+        None => {
+            let ip = s.parse::<IpAddr>().ok()?;
+            (ip, if ip.is_ipv4() { 32 } else { 128 })
+        }
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((ip, bits))
+}
+
+fn in_cidr(ip: IpAddr, (net, bits): (IpAddr, u8)) -> bool {
+    match (ip.to_canonical(), net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let m = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
+            u32::from(a) & m == u32::from(n) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let m = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
+            u128::from(a) & m == u128::from(n) & m
+        }
+        _ => false,
+    }
+}
+
+impl FinalRule {
+    fn parse(r: &Obj<'_>) -> Result<FinalRule> {
+        let allow = match r.req_str("action")?.to_ascii_lowercase().as_str() {
+            "allow" => true,
+            "block" => false,
+            other => {
+                return Err(ConfigError::new(
+                    r.key_path("action"),
+                    format!("unknown action {other:?} (allow or block)"),
+                ))
+            }
+        };
+        let networks = match r.str_list("network")? {
+            None => None,
+            Some(list) => {
+                let mut v = Vec::new();
+                for n in list.iter().flat_map(|n| n.split(',')).map(str::trim) {
+                    v.push(match n.to_ascii_lowercase().as_str() {
+                        "tcp" => Network::Tcp,
+                        "udp" => Network::Udp,
+                        other => {
+                            return Err(ConfigError::new(
+                                r.key_path("network"),
+                                format!("unknown network {other:?}"),
+                            ))
+                        }
+                    });
+                }
+                Some(v)
+            }
+        };
+        let ports = match r.get("port") {
+            Some((p, v)) => Some(crate::config::parse_ports(v, &p)?),
+            None => None,
+        };
+        let ips = match r.str_list("ip")? {
+            None => None,
+            Some(list) => {
+                let mut v = Vec::new();
+                for s in list {
+                    if s.eq_ignore_ascii_case("geoip:private") {
+                        v.extend(PRIVATE.iter().filter_map(|c| parse_cidr(c)));
+                        continue;
+                    }
+                    v.push(parse_cidr(&s).ok_or_else(|| {
+                        ConfigError::new(
+                            r.key_path("ip"),
+                            format!("{s:?} is not an IP or CIDR (geoip: lists other than private are not supported yet)"),
+                        )
+                    })?);
+                }
+                Some(v)
+            }
+        };
+        Ok(FinalRule {
+            allow,
+            networks,
+            ports,
+            ips,
+        })
+    }
+
+    fn matches(&self, network: Network, addr: SocketAddr) -> bool {
+        self.networks.as_ref().is_none_or(|n| n.contains(&network))
+            && self
+                .ports
+                .as_ref()
+                .is_none_or(|p| p.iter().any(|(a, b)| (*a..=*b).contains(&addr.port())))
+            && self
+                .ips
+                .as_ref()
+                .is_none_or(|c| c.iter().any(|c| in_cidr(addr.ip(), *c)))
+    }
+}
+
+/// Whether the final rules let a connection to `addr` go (the first matching rule decides).
+pub fn allowed(rules: &[FinalRule], network: Network, addr: SocketAddr) -> bool {
+    rules
+        .iter()
+        .find(|r| r.matches(network, addr))
+        .is_none_or(|r| r.allow)
 }
 
 pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
-    let _ = b;
     let strategy = match o
         .str("domainStrategy")?
         .unwrap_or_default()
@@ -82,11 +250,18 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
             return Err(ConfigError::new(o.key_path(k), "is not supported yet"));
         }
     }
-    o.ignore(&["userLevel", "timeout", "finalRules"]);
+    let mut final_rules = Vec::new();
+    for r in o.objs(&["finalRules"])? {
+        final_rules.push(FinalRule::parse(&r)?);
+        r.finish();
+    }
+    o.ignore(&["userLevel", "timeout"]);
     Ok(Arc::new(Freedom {
         strategy,
         redirect,
-        sockopt: SockOpts::default(),
+        dialer: b.dialer.clone(),
+        sockopt: b.sockopt.clone(),
+        final_rules,
     }))
 }
 
@@ -121,31 +296,46 @@ impl Freedom {
     }
 }
 
+fn blocked(addr: SocketAddr) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{addr} is blocked by freedom's finalRules"),
+    )
+}
+
 #[async_trait]
 impl OutboundHandler for Freedom {
-    async fn dial_tcp(&self, s: &Session) -> io::Result<BoxStream> {
-        let dest = self.target(&s.dest);
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        let dest = self.target(dest);
         let mut last = None;
         for a in self.resolve(&dest).await? {
-            match tcp::connect_addr(a, &self.sockopt).await {
-                Ok(c) => return Ok(Box::new(c)),
+            if !allowed(&self.final_rules, Network::Tcp, a) {
+                last = Some(blocked(a));
+                continue;
+            }
+            match self.dialer.dial_tcp(&a.into()).await {
+                Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(|| io::ErrorKind::NotFound.into()))
     }
 
-    async fn dial_udp(&self, _s: &Session) -> io::Result<Box<dyn PacketConn>> {
+    async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         Ok(Box::new(FreedomUdp {
-            sock: bind_dual_stack().await?,
+            sock: bind_dual_stack(self.sockopt.bind).await?,
             freedom: self.clone(),
             resolved: std::sync::Mutex::new(HashMap::new()),
         }))
     }
 }
 
-/// A UDP socket that reaches IPv4 and IPv6 (v4-mapped) destinations alike.
-async fn bind_dual_stack() -> io::Result<UdpSocket> {
+/// A UDP socket that reaches IPv4 and IPv6 (v4-mapped) destinations alike, or one bound to
+/// `sendThrough` when it is set.
+async fn bind_dual_stack(bind: Option<IpAddr>) -> io::Result<UdpSocket> {
+    if let Some(ip) = bind {
+        return UdpSocket::bind(SocketAddr::new(ip, 0)).await;
+    }
     let s6 = socket2::Socket::new(
         socket2::Domain::IPV6,
         socket2::Type::DGRAM,
@@ -196,6 +386,10 @@ impl PacketConn for FreedomUdp {
                 a
             }
         };
+        if !allowed(&self.freedom.final_rules, Network::Udp, addr) {
+            tracing::debug!("freedom udp: {}", blocked(addr));
+            return Ok(());
+        }
         let v6 = self.sock.local_addr()?.is_ipv6();
         let addr = match (v6, addr.ip()) {
             (true, IpAddr::V4(ip)) => SocketAddr::new(IpAddr::V6(ip.to_ipv6_mapped()), addr.port()),

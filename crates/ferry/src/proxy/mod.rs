@@ -11,7 +11,6 @@ pub mod socks;
 pub mod vmess;
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -19,44 +18,23 @@ use async_trait::async_trait;
 use crate::app::dispatcher::Dispatcher;
 use crate::common::{Destination, Network};
 use crate::config::{Diagnostics, Obj};
-use crate::transport::{BoxStream, Dialer};
+pub use crate::session::{ConnInfo, Endpoint, Session, User};
+pub use crate::transport::{BoxStream, Dialer, PacketConn};
 
-/// An authenticated user of an inbound.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct User {
-    /// The email the stats counters are named after (`user>>>EMAIL>>>traffic>>>uplink`).
-    pub email: Arc<str>,
-    pub level: u32,
-}
-
-/// What the router and the outbound need to know about one connection.
-#[derive(Clone, Debug)]
-pub struct Session {
-    pub inbound_tag: Arc<str>,
-    pub source: SocketAddr,
-    /// The local address the connection arrived on.
-    pub local: SocketAddr,
-    pub dest: Destination,
-    pub network: Network,
-    pub user: Option<User>,
-    /// The protocol the inbound spoke (for logs).
-    pub protocol: &'static str,
-}
-
-impl Session {
-    /// The user level for policy lookups (0 when anonymous).
-    pub fn level(&self) -> u32 {
-        self.user.as_ref().map(|u| u.level).unwrap_or(0)
-    }
-}
+/// An outbound is a dialer: it turns a destination into a stream or a packet channel, so any
+/// outbound can be the dialer of another (`proxySettings.tag`, `sockopt.dialerProxy`).
+pub use crate::transport::Dialer as OutboundHandler;
 
 /// What an inbound handler gets for each accepted connection.
 #[derive(Clone)]
 pub struct InboundCtx {
     pub tag: Arc<str>,
-    pub source: SocketAddr,
-    pub local: SocketAddr,
+    /// Endpoints and what the acceptor chain learned (SNI, ALPN, path).
+    pub info: ConnInfo,
+    /// Policy, access log and timeouts (an inbound never routes or dials itself).
     pub dispatcher: Arc<Dispatcher>,
+    /// This inbound's counters.
+    pub traffic: Arc<crate::session::Traffic>,
 }
 
 impl InboundCtx {
@@ -64,8 +42,8 @@ impl InboundCtx {
     pub fn session(&self, dest: Destination, network: Network, protocol: &'static str) -> Session {
         Session {
             inbound_tag: self.tag.clone(),
-            source: self.source,
-            local: self.local,
+            source: self.info.source.clone(),
+            local: self.info.local.clone(),
             dest,
             network,
             user: None,
@@ -74,13 +52,29 @@ impl InboundCtx {
     }
 }
 
+/// What an inbound asks for once it has read a connection's protocol header: the one place
+/// in `app/` that routes, dials and relays acts on it.
+pub enum Accepted {
+    /// Relay this TCP session over this stream (positioned after the protocol header).
+    Stream(Session, BoxStream),
+    /// Serve this client's datagrams: `recv_from` yields what the client sends and where to,
+    /// `send_to` carries a reply back. The session's destination is replaced by the first
+    /// datagram's, which routes it.
+    Packets(Session, Box<dyn PacketConn>),
+    /// Not this protocol's traffic: hand the stream (which replays every byte the client sent)
+    /// to the inbound's fallback.
+    Fallback(BoxStream),
+    /// Nothing more to do (answered, refused or drained; already logged).
+    Done,
+}
+
 /// Serves one protocol on accepted streams.
 #[async_trait]
 pub trait InboundHandler: Send + Sync + 'static {
-    /// Reads the protocol header from `stream`, then hands the session to `ctx.dispatcher`.
-    /// Errors are logged by the caller; the handler must enforce its own handshake timeout
-    /// (use [`Dispatcher::handshake_timeout`]).
-    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()>;
+    /// Reads the protocol header from `stream` and says what to forward. Errors are logged by
+    /// the caller; the handler enforces its own handshake timeout
+    /// ([`Dispatcher::handshake_timeout`]).
+    async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted>;
 
     /// The networks this inbound listens on (dokodemo-door can ask for UDP).
     fn networks(&self) -> &[Network] {
@@ -95,35 +89,41 @@ pub trait InboundHandler: Send + Sync + 'static {
     ) -> io::Result<()> {
         Ok(())
     }
+
+    /// The user manager of an inbound that has users (add/remove/list at run time).
+    fn users(&self) -> Option<&dyn UserManager> {
+        None
+    }
 }
 
-/// A datagram channel to many destinations (freedom's UDP socket, a proxy's UDP relay).
-#[async_trait]
-pub trait PacketConn: Send + Sync + 'static {
-    async fn send_to(&self, data: &[u8], dest: &Destination) -> io::Result<()>;
-    /// Receives one datagram and the address it came from.
-    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)>;
-}
-
-/// An outbound: a dialer that turns a destination into a stream (or a packet channel).
-#[async_trait]
-pub trait OutboundHandler: Send + Sync + 'static {
-    async fn dial_tcp(&self, session: &Session) -> io::Result<BoxStream>;
-    async fn dial_udp(&self, session: &Session) -> io::Result<Box<dyn PacketConn>>;
+/// Adds, removes and lists an inbound's users while it runs; live connections keep going.
+pub trait UserManager: Send + Sync {
+    /// Adds a user from its JSON object as it appears in the inbound's `clients`/`users`
+    /// (the API turns its protobuf accounts into this shape).
+    fn add_user(&self, user: &serde_json::Value) -> Result<User, crate::config::ConfigError>;
+    /// Removes the user with this email; false when there was none.
+    fn remove_user(&self, email: &str) -> bool;
+    /// The current users.
+    fn list_users(&self) -> Vec<User>;
 }
 
 /// What an inbound builder gets besides its `settings` object.
 pub struct InboundBuild<'a> {
     pub tag: &'a str,
     pub diag: &'a Diagnostics,
+    /// Gives users their counters when they are added.
+    pub counters: &'a crate::registry::CounterSource,
 }
 
 /// What an outbound builder gets besides its `settings` object.
 pub struct OutboundBuild<'a> {
     pub tag: &'a str,
     pub diag: &'a Diagnostics,
-    /// Reaches this outbound's server through its stream settings (tcp, later tls/ws, chains).
+    /// Reaches this outbound's server through its stream settings (tcp|unix, later tls/ws),
+    /// or through another outbound (`proxySettings.tag`, `sockopt.dialerProxy`).
     pub dialer: Arc<dyn Dialer>,
+    /// Socket options, with `sendThrough` as the bind address (freedom's own UDP socket).
+    pub sockopt: crate::transport::tcp::SockOpts,
 }
 
 pub type InboundBuilder =

@@ -1,90 +1,101 @@
 //! Streams and the transports that produce them.
 //!
-//! Every layer (raw socket, TLS, WebSocket, protocol framing) is a [`Stream`]. A stream can be
-//! *peeled*: asked to give up its wrapper when it adds nothing any more (no framing, nothing
-//! buffered), so the relay can reach the raw socket and use `splice(2)`.
+//! Every layer (raw socket, TLS, WebSocket, protocol framing) is a [`Stream`]. Inbounds accept
+//! through a [`Listener`] and the acceptor chain of their stream settings ([`chain`]: PROXY
+//! protocol -> TLS -> transport); outbounds dial through a [`Dialer`] chain (tcp|unix -> TLS ->
+//! transport, or another outbound). A stream says, per direction and without being consumed,
+//! when the relay may bypass it and `splice(2)` the socket underneath.
 
+pub mod chain;
+pub mod listener;
 pub mod prefixed;
 pub mod tcp;
 
+use std::any::Any;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
 
+use crate::common::{Address, Destination};
+
+pub use chain::{Layer, StreamSettings};
+pub use listener::Listener;
 pub use prefixed::Prefixed;
 
+/// Lets a boxed stream be reached by its concrete type (see `dyn Stream::downcast_mut`).
+pub trait AsAny: Any {
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Any> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
 /// A byte stream the relay can move data through.
-pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {
-    /// Gives up this layer if it no longer transforms bytes. The default keeps the stream whole.
-    fn peel(self: Box<Self>) -> Peel {
-        Peel::Stream(self.into_box())
+///
+/// A layer that can be bypassed says so per direction, without being consumed: the relay asks
+/// after each transfer whether reads (`take_read_direct`) and writes (`write_direct`) may now go
+/// straight to the kernel socket underneath (`socket`), and moves only that direction to
+/// `splice(2)`. A plain socket is direct from the start; a framing or encrypting layer never
+/// is; XTLS Vision becomes direct mid-connection.
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + AsAny + 'static {
+    /// The kernel socket at the bottom of this stream, if there is one.
+    fn socket(&self) -> Option<RawSocket<'_>> {
+        None
     }
 
-    /// Upcast helper used by the default `peel`.
-    fn into_box(self: Box<Self>) -> BoxStream;
+    /// Reads may now bypass this stream: returns the bytes it (and the layers under it) still
+    /// hold for the reader, which come before anything read from [`Stream::socket`]. `None`
+    /// while the stream still transforms what it reads. After `Some`, the stream is not read
+    /// again.
+    fn take_read_direct(&mut self) -> Option<Bytes> {
+        None
+    }
+
+    /// Writes may bypass this stream once it has been flushed.
+    fn write_direct(&self) -> bool {
+        false
+    }
+}
+
+impl dyn Stream {
+    /// The stream as its concrete type, if it is a `T` (as hyper's `Upgraded::downcast`).
+    pub fn downcast_mut<T: Stream>(&mut self) -> Option<&mut T> {
+        AsAny::as_any_mut(self).downcast_mut::<T>()
+    }
+
+    /// The stream as its concrete type, if it is a `T`.
+    pub fn downcast_ref<T: Stream>(&self) -> Option<&T> {
+        AsAny::as_any(self).downcast_ref::<T>()
+    }
 }
 
 /// An owned, type-erased stream.
 pub type BoxStream = Box<dyn Stream>;
 
-/// The result of peeling a stream.
-pub enum Peel {
-    /// A raw socket, with bytes already read from it that the reader has not consumed yet
-    /// (`read_pending`) and bytes accepted for writing that have not reached it yet (`write_pending`).
-    Raw(RawParts),
-    /// The stream can't be peeled (it frames or encrypts); copy through it.
-    Stream(BoxStream),
+/// A kernel socket that `splice(2)` can read and write, borrowed from the stream that owns it.
+#[derive(Clone, Copy)]
+pub enum RawSocket<'a> {
+    Tcp(&'a TcpStream),
+    Unix(&'a UnixStream),
 }
 
-/// A raw socket and the bytes held above it when it was peeled.
-pub struct RawParts {
-    pub sock: RawSock,
-    pub read_pending: Bytes,
-    pub write_pending: Bytes,
-}
-
-/// A kernel socket that `splice(2)` can read and write.
-pub enum RawSock {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl RawSock {
+impl RawSocket<'_> {
     pub fn fd(&self) -> RawFd {
         match self {
-            RawSock::Tcp(s) => s.as_raw_fd(),
-            RawSock::Unix(s) => s.as_raw_fd(),
-        }
-    }
-
-    /// Turns the raw socket back into a stream (with its pending read bytes in front).
-    pub fn into_stream(self, read_pending: Bytes) -> BoxStream {
-        let inner: BoxStream = match self {
-            RawSock::Tcp(s) => Box::new(s),
-            RawSock::Unix(s) => Box::new(s),
-        };
-        if read_pending.is_empty() {
-            inner
-        } else {
-            Box::new(Prefixed::new(read_pending, inner))
-        }
-    }
-
-    /// Waits until the socket may be readable (tokio readiness).
-    pub async fn readable(&self) -> io::Result<()> {
-        match self {
-            RawSock::Tcp(s) => s.readable().await,
-            RawSock::Unix(s) => s.readable().await,
-        }
-    }
-
-    pub async fn writable(&self) -> io::Result<()> {
-        match self {
-            RawSock::Tcp(s) => s.writable().await,
-            RawSock::Unix(s) => s.writable().await,
+            RawSocket::Tcp(s) => s.as_raw_fd(),
+            RawSocket::Unix(s) => s.as_raw_fd(),
         }
     }
 
@@ -94,8 +105,8 @@ impl RawSock {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
         match self {
-            RawSock::Tcp(s) => s.poll_read_ready(cx),
-            RawSock::Unix(s) => s.poll_read_ready(cx),
+            RawSocket::Tcp(s) => s.poll_read_ready(cx),
+            RawSocket::Unix(s) => s.poll_read_ready(cx),
         }
     }
 
@@ -105,32 +116,32 @@ impl RawSock {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
         match self {
-            RawSock::Tcp(s) => s.poll_write_ready(cx),
-            RawSock::Unix(s) => s.poll_write_ready(cx),
+            RawSocket::Tcp(s) => s.poll_write_ready(cx),
+            RawSocket::Unix(s) => s.poll_write_ready(cx),
         }
     }
 
     /// Runs a non-blocking read-side syscall, clearing readiness on `WouldBlock`.
     pub fn try_read_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
         match self {
-            RawSock::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, f),
-            RawSock::Unix(s) => s.try_io(tokio::io::Interest::READABLE, f),
+            RawSocket::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, f),
+            RawSocket::Unix(s) => s.try_io(tokio::io::Interest::READABLE, f),
         }
     }
 
     /// Runs a non-blocking write-side syscall, clearing readiness on `WouldBlock`.
     pub fn try_write_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
         match self {
-            RawSock::Tcp(s) => s.try_io(tokio::io::Interest::WRITABLE, f),
-            RawSock::Unix(s) => s.try_io(tokio::io::Interest::WRITABLE, f),
+            RawSocket::Tcp(s) => s.try_io(tokio::io::Interest::WRITABLE, f),
+            RawSocket::Unix(s) => s.try_io(tokio::io::Interest::WRITABLE, f),
         }
     }
 
     /// Writes without waiting (`WouldBlock` when the socket is full).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            RawSock::Tcp(s) => s.try_write(buf),
-            RawSock::Unix(s) => s.try_write(buf),
+            RawSocket::Tcp(s) => s.try_write(buf),
+            RawSocket::Unix(s) => s.try_write(buf),
         }
     }
 
@@ -141,72 +152,115 @@ impl RawSock {
 }
 
 impl Stream for TcpStream {
-    fn peel(self: Box<Self>) -> Peel {
-        Peel::Raw(RawParts {
-            sock: RawSock::Tcp(*self),
-            read_pending: Bytes::new(),
-            write_pending: Bytes::new(),
-        })
+    fn socket(&self) -> Option<RawSocket<'_>> {
+        Some(RawSocket::Tcp(self))
     }
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
+    fn take_read_direct(&mut self) -> Option<Bytes> {
+        Some(Bytes::new())
+    }
+    fn write_direct(&self) -> bool {
+        true
     }
 }
 
 impl Stream for UnixStream {
-    fn peel(self: Box<Self>) -> Peel {
-        Peel::Raw(RawParts {
-            sock: RawSock::Unix(*self),
-            read_pending: Bytes::new(),
-            write_pending: Bytes::new(),
-        })
+    fn socket(&self) -> Option<RawSocket<'_>> {
+        Some(RawSocket::Unix(self))
     }
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
+    fn take_read_direct(&mut self) -> Option<Bytes> {
+        Some(Bytes::new())
     }
-}
-
-impl Stream for tokio::io::DuplexStream {
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
+    fn write_direct(&self) -> bool {
+        true
     }
 }
 
-/// How an outbound reaches its server: the stream settings below the protocol (tcp now;
-/// tls, websocket and chains through another outbound compose here).
-#[async_trait::async_trait]
+impl Stream for tokio::io::DuplexStream {}
+
+/// A datagram channel to many destinations (freedom's UDP socket, a proxy's UDP relay; on the
+/// inbound side, a client's datagrams: `recv_from` gives where they go, `send_to` replies).
+#[async_trait]
+pub trait PacketConn: Send + Sync + 'static {
+    async fn send_to(&self, data: &[u8], dest: &Destination) -> io::Result<()>;
+    /// Receives one datagram and the address it came from (inbound side: where it goes).
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)>;
+}
+
+/// Turns a destination into a stream or a packet channel. Every outbound is one, and so is
+/// what an outbound reaches its server through (its stream settings' dialer chain, or another
+/// outbound named by `proxySettings.tag` / `sockopt.dialerProxy`).
+#[async_trait]
 pub trait Dialer: Send + Sync + 'static {
-    async fn dial(&self, dest: &crate::common::Destination) -> io::Result<BoxStream>;
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream>;
+    /// A packet channel; the base dialer connects a UDP socket to `dest`.
+    async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>>;
+}
 
-    /// A UDP socket for protocols that send datagrams to their server (Shadowsocks UDP).
-    async fn bind_udp(
-        &self,
-        dest: &crate::common::Destination,
-    ) -> io::Result<tokio::net::UdpSocket> {
+/// The bottom of every dialer chain: a TCP connection with socket options, or a unix socket
+/// when the address is a path, `@abstract` or `@@padded`.
+pub struct SocketDialer {
+    pub opts: tcp::SockOpts,
+}
+
+#[async_trait]
+impl Dialer for SocketDialer {
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        if let Address::Domain(d) = &dest.addr {
+            if let Some(l) = listener::UnixPath::parse(d) {
+                return Ok(Box::new(l.connect().await?));
+            }
+        }
+        Ok(Box::new(tcp::dial(dest, &self.opts).await?))
+    }
+
+    async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         let addr = tcp::resolve(dest)
             .await?
             .into_iter()
             .next()
             .ok_or_else(|| io::Error::other("no address"))?;
-        let local: std::net::SocketAddr = if addr.is_ipv4() {
-            ([0, 0, 0, 0], 0).into()
-        } else {
-            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        let local: std::net::SocketAddr = match self.opts.bind {
+            Some(ip) if ip.is_ipv4() == addr.is_ipv4() => (ip, 0).into(),
+            _ if addr.is_ipv4() => ([0, 0, 0, 0], 0).into(),
+            _ => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let s = tokio::net::UdpSocket::bind(local).await?;
         s.connect(addr).await?;
-        Ok(s)
+        Ok(Box::new(ConnectedUdp(s, dest.clone())))
     }
 }
 
-/// Plain TCP with socket options.
-pub struct TcpDialer {
-    pub opts: tcp::SockOpts,
+/// A UDP socket connected to one peer.
+pub struct ConnectedUdp(pub tokio::net::UdpSocket, pub Destination);
+
+#[async_trait]
+impl PacketConn for ConnectedUdp {
+    async fn send_to(&self, data: &[u8], _dest: &Destination) -> io::Result<()> {
+        self.0.send(data).await.map(|_| ())
+    }
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
+        let n = self.0.recv(buf).await?;
+        Ok((n, self.1.clone()))
+    }
 }
 
-#[async_trait::async_trait]
-impl Dialer for TcpDialer {
-    async fn dial(&self, dest: &crate::common::Destination) -> io::Result<BoxStream> {
-        Ok(Box::new(tcp::dial(dest, &self.opts).await?))
+/// A dialer followed by the stream layers of an outbound's stream settings (TLS, transports).
+pub struct ChainDialer {
+    pub base: Arc<dyn Dialer>,
+    pub layers: Vec<Arc<dyn Layer>>,
+}
+
+#[async_trait]
+impl Dialer for ChainDialer {
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        let mut s = self.base.dial_tcp(dest).await?;
+        for l in &self.layers {
+            s = l.connect(s, dest).await?;
+        }
+        Ok(s)
+    }
+
+    async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        self.base.dial_udp(dest).await
     }
 }

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{BoxStream, Peel, Stream};
+use super::{BoxStream, Stream};
 
 /// Yields `prefix` first, then reads from `inner`; writes go straight to `inner`.
 pub struct Prefixed {
@@ -64,23 +64,21 @@ impl AsyncWrite for Prefixed {
 }
 
 impl Stream for Prefixed {
-    fn peel(self: Box<Self>) -> Peel {
-        let Prefixed { prefix, inner } = *self;
-        match inner.peel() {
-            Peel::Raw(mut parts) => {
-                if !prefix.is_empty() {
-                    let mut joined = Vec::with_capacity(prefix.len() + parts.read_pending.len());
-                    joined.extend_from_slice(&prefix);
-                    joined.extend_from_slice(&parts.read_pending);
-                    parts.read_pending = joined.into();
-                }
-                Peel::Raw(parts)
-            }
-            Peel::Stream(s) if prefix.is_empty() => Peel::Stream(s),
-            Peel::Stream(s) => Peel::Stream(Box::new(Prefixed::new(prefix, s))),
-        }
+    fn socket(&self) -> Option<super::RawSocket<'_>> {
+        self.inner.socket()
     }
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
+    fn take_read_direct(&mut self) -> Option<Bytes> {
+        let under = self.inner.take_read_direct()?;
+        let prefix = std::mem::take(&mut self.prefix);
+        if under.is_empty() {
+            return Some(prefix);
+        }
+        let mut joined = Vec::with_capacity(prefix.len() + under.len());
+        joined.extend_from_slice(&prefix);
+        joined.extend_from_slice(&under);
+        Some(joined.into())
+    }
+    fn write_direct(&self) -> bool {
+        self.inner.write_direct()
     }
 }

@@ -11,7 +11,7 @@ use super::codec::{self, Error as CodecError, Target};
 use crate::common::{Destination, Network};
 use crate::proxy::head::HeadReader;
 use crate::proxy::socks::Accounts;
-use crate::proxy::{InboundCtx, InboundHandler, User};
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, User};
 use crate::transport::{BoxStream, Prefixed};
 
 /// Settings of an HTTP proxy inbound.
@@ -30,7 +30,7 @@ pub struct HttpInbound {
 }
 
 /// What a request head asks for, once it was checked.
-struct Accepted {
+struct Checked {
     dest: Destination,
     user: Option<User>,
     /// Bytes to send upstream before the rest of the client stream (the rewritten head).
@@ -46,14 +46,15 @@ impl HttpInbound {
         HttpInbound { cfg }
     }
 
-    /// Serves one connection whose first bytes may already be in `r`.
+    /// Reads one request whose first bytes may already be in `r`: the session and the stream
+    /// to relay (with the rewritten head in front for a forward-proxy request).
     pub async fn serve(
         &self,
         mut r: HeadReader,
-        ctx: InboundCtx,
+        ctx: &InboundCtx,
         deadline: Instant,
-    ) -> io::Result<()> {
-        let acc = match timeout_at(deadline, self.handshake(&mut r, &ctx)).await {
+    ) -> io::Result<Accepted> {
+        let acc = match timeout_at(deadline, self.handshake(&mut r, ctx)).await {
             Ok(a) => a?,
             Err(_) => {
                 return Err(io::Error::new(
@@ -72,10 +73,10 @@ impl HttpInbound {
                 Box::new(Prefixed::new(Bytes::from(head), r.into_stream()))
             }
         };
-        ctx.dispatcher.dispatch_tcp(s, stream).await.map(|_| ())
+        Ok(Accepted::Stream(s, stream))
     }
 
-    async fn handshake(&self, r: &mut HeadReader, ctx: &InboundCtx) -> io::Result<Accepted> {
+    async fn handshake(&self, r: &mut HeadReader, ctx: &InboundCtx) -> io::Result<Checked> {
         let len = match r.read_until(codec::head_scanner()).await? {
             Ok(n) => n,
             Err(e) => {
@@ -91,10 +92,7 @@ impl HttpInbound {
                 return Err(invalid(format!("http: {e}")));
             }
         };
-        let mut user = (self.cfg.level != 0).then(|| User {
-            email: "".into(),
-            level: self.cfg.level,
-        });
+        let mut user = (self.cfg.level != 0).then(|| User::new("", self.cfg.level));
         if !self.cfg.accounts.is_empty() {
             let creds = req
                 .header("Proxy-Authorization")
@@ -108,27 +106,24 @@ impl HttpInbound {
                 let _ = r.write_all(codec::RESP_407).await;
                 ctx.dispatcher
                     .access
-                    .rejected(ctx.source, "http: invalid user");
+                    .rejected(&ctx.info.source, "http: invalid user");
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,
                     "http: missing or wrong proxy credentials",
                 ));
             };
-            user = Some(User {
-                email: Arc::from(name.as_str()),
-                level: self.cfg.level,
-            });
+            user = Some(User::new(Arc::from(name.as_str()), self.cfg.level));
         }
         match codec::target(&req, self.cfg.allow_transparent) {
             Ok(Target::Connect(dest)) => {
                 r.write_all(codec::RESP_200).await?;
-                Ok(Accepted {
+                Ok(Checked {
                     dest,
                     user,
                     upstream_head: None,
                 })
             }
-            Ok(Target::Forward { dest, host, path }) => Ok(Accepted {
+            Ok(Target::Forward { dest, host, path }) => Ok(Checked {
                 upstream_head: Some(codec::rewrite_forward(&req, &host, &path)),
                 dest,
                 user,
@@ -149,7 +144,7 @@ impl HttpInbound {
 
 #[async_trait]
 impl InboundHandler for HttpInbound {
-    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+    async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
         let r = HeadReader::new(stream, codec::MAX_HEAD + 1);
         self.serve(r, ctx, deadline).await

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::codec;
+use crate::common::Destination;
 use crate::proxy::head::HeadReader;
 use crate::proxy::socks::Server;
-use crate::proxy::{OutboundHandler, PacketConn, Session};
+use crate::proxy::{OutboundHandler, PacketConn};
 use crate::transport::{BoxStream, Dialer};
 
 /// Tunnels each TCP session through an HTTP proxy.
@@ -34,10 +35,10 @@ impl HttpOutbound {
 
 #[async_trait]
 impl OutboundHandler for HttpOutbound {
-    async fn dial_tcp(&self, s: &Session) -> io::Result<BoxStream> {
-        let stream = self.dialer.dial(&self.server.dest).await?;
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        let stream = self.dialer.dial_tcp(&self.server.dest).await?;
         let mut r = HeadReader::new(stream, codec::MAX_HEAD + 1);
-        let req = codec::encode_connect(&s.dest, self.token.as_deref(), &self.headers);
+        let req = codec::encode_connect(dest, self.token.as_deref(), &self.headers);
         r.write_all(&req).await?;
         let len = r
             .read_until(codec::head_scanner())
@@ -50,7 +51,7 @@ impl OutboundHandler for HttpOutbound {
                 io::ErrorKind::ConnectionRefused,
                 format!(
                     "http proxy {} answered {status} to CONNECT {}",
-                    self.server.dest, s.dest
+                    self.server.dest, dest
                 ),
             ));
         }
@@ -58,7 +59,7 @@ impl OutboundHandler for HttpOutbound {
         Ok(r.into_stream())
     }
 
-    async fn dial_udp(&self, _s: &Session) -> io::Result<Box<dyn PacketConn>> {
+    async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "the http outbound carries no UDP",

@@ -603,11 +603,7 @@ impl AsyncWrite for SsStream {
     }
 }
 
-impl Stream for SsStream {
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
-    }
-}
+impl Stream for SsStream {}
 
 #[cfg(test)]
 mod tests {

@@ -63,10 +63,7 @@ pub fn aead(data: &[u8]) {
     .map(|m| Account {
         method: *m,
         key: vec![7; m.key_len()],
-        user: User {
-            email: "f".into(),
-            level: 0,
-        },
+        user: User::new("f", 0),
         hash: [0; 16],
     })
     .collect();

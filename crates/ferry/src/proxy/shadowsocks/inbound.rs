@@ -29,7 +29,7 @@ use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::addr::socks;
 use crate::common::{Destination, Network};
 use crate::config::reader::{Obj, Result};
-use crate::proxy::{InboundBuild, InboundCtx, InboundHandler, User};
+use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User};
 use crate::transport::BoxStream;
 
 /// Read buffer of an AEAD-edition connection: four full chunks per read syscall. Buffers are
@@ -53,7 +53,7 @@ pub fn build(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandle
 }
 
 /// What a server learned from a request header.
-struct Accepted {
+struct Handshake {
     user: User,
     dest: Option<Destination>,
     parts: ServerParts,
@@ -71,7 +71,7 @@ impl Inbound {
         }
     }
 
-    async fn handshake(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+    async fn handshake(&self, s: &mut BoxStream) -> std::result::Result<Handshake, Error> {
         match self.cfg.method.kind() {
             Kind::Aead2022 => self.handshake_2022(s).await,
             Kind::Aead => self.handshake_aead(s).await,
@@ -79,7 +79,7 @@ impl Inbound {
         }
     }
 
-    async fn handshake_aead(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+    async fn handshake_aead(&self, s: &mut BoxStream) -> std::result::Result<Handshake, Error> {
         let max_salt = self
             .cfg
             .users
@@ -106,7 +106,7 @@ impl Inbound {
             head: salt,
             rcap: AEAD_RBUF,
         };
-        Ok(Accepted {
+        Ok(Handshake {
             user: acct.user.clone(),
             dest: None,
             parts,
@@ -114,7 +114,7 @@ impl Inbound {
         })
     }
 
-    async fn handshake_stream(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+    async fn handshake_stream(&self, s: &mut BoxStream) -> std::result::Result<Handshake, Error> {
         let acct = self.cfg.users.first().ok_or(Error::UnknownUser)?;
         let m = acct.method;
         let mut iv = vec![0u8; m.salt_len()];
@@ -144,7 +144,7 @@ impl Inbound {
             head: siv,
             rcap: STREAM_RBUF,
         };
-        Ok(Accepted {
+        Ok(Handshake {
             user: acct.user.clone(),
             dest: None,
             parts,
@@ -152,7 +152,7 @@ impl Inbound {
         })
     }
 
-    async fn handshake_2022(&self, s: &mut BoxStream) -> std::result::Result<Accepted, Error> {
+    async fn handshake_2022(&self, s: &mut BoxStream) -> std::result::Result<Handshake, Error> {
         let m = self.cfg.method;
         let sl = m.salt_len();
         let eih = if self.cfg.ipsk.is_some() { 16 } else { 0 };
@@ -199,7 +199,7 @@ impl Inbound {
             head: ssalt,
             rcap: SS2022_RBUF,
         };
-        Ok(Accepted {
+        Ok(Handshake {
             user: acct.user.clone(),
             dest: Some(dest),
             parts,
@@ -323,7 +323,7 @@ impl Inbound {
                 tracing::info!(
                     "[{}] shadowsocks: rejected {}: {e}; draining",
                     ctx.tag,
-                    ctx.source
+                    ctx.info.source
                 );
                 drain(&mut stream, idle).await;
                 return Ok(None);
@@ -332,13 +332,13 @@ impl Inbound {
                 tracing::info!(
                     "[{}] shadowsocks: handshake from {} timed out; draining",
                     ctx.tag,
-                    ctx.source
+                    ctx.info.source
                 );
                 drain(&mut stream, idle).await;
                 return Ok(None);
             }
         };
-        let Accepted {
+        let Handshake {
             user,
             dest,
             parts,
@@ -351,7 +351,11 @@ impl Inbound {
                 Ok(Ok((d, auth))) => match self.check_ota(auth, ota_keys.as_ref()) {
                     Ok(ota) => (d, ota),
                     Err(why) => {
-                        tracing::info!("[{}] shadowsocks: {} {why}; draining", ctx.tag, ctx.source);
+                        tracing::info!(
+                            "[{}] shadowsocks: {} {why}; draining",
+                            ctx.tag,
+                            ctx.info.source
+                        );
                         drain(&mut ss, idle).await;
                         return Ok(None);
                     }
@@ -360,7 +364,7 @@ impl Inbound {
                     tracing::info!(
                         "[{}] shadowsocks: bad request from {}: {e}; draining",
                         ctx.tag,
-                        ctx.source
+                        ctx.info.source
                     );
                     drain(&mut ss, idle).await;
                     return Ok(None);
@@ -369,7 +373,7 @@ impl Inbound {
                     tracing::info!(
                         "[{}] shadowsocks: no address from {} in time",
                         ctx.tag,
-                        ctx.source
+                        ctx.info.source
                     );
                     drain(&mut ss, idle).await;
                     return Ok(None);
@@ -392,19 +396,14 @@ impl Inbound {
 
 #[async_trait]
 impl InboundHandler for Inbound {
-    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+    async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         if !self.cfg.networks.contains(&Network::Tcp) {
-            return Ok(());
+            return Ok(Accepted::Done);
         }
-        // The handshake runs in its own allocation, freed before the relay: what a connection
-        // keeps for its lifetime is only the dispatch future below.
-        let Some((session, stream)) = Box::pin(self.accept_tcp(stream, &ctx)).await? else {
-            return Ok(());
-        };
-        ctx.dispatcher
-            .dispatch_tcp(session, stream)
-            .await
-            .map(|_| ())
+        Ok(match self.accept_tcp(stream, ctx).await? {
+            Some((session, stream)) => Accepted::Stream(session, stream),
+            None => Accepted::Done,
+        })
     }
 
     fn networks(&self) -> &[Network] {
@@ -428,7 +427,12 @@ impl InboundHandler for Inbound {
             method: self.cfg.method,
             peers: Mutex::new(SessionTable::new(keep)),
         });
-        let nat = UdpNat::new(ctx.dispatcher.clone(), reply.clone(), idle);
+        let nat = UdpNat::new(
+            ctx.dispatcher.clone(),
+            reply.clone(),
+            idle,
+            ctx.traffic.clone(),
+        );
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut scratch = Vec::new();
         loop {
@@ -437,12 +441,11 @@ impl InboundHandler for Inbound {
             match self.decode_udp(pkt, from, &mut scratch) {
                 Ok((dest, payload, acct, peer)) => {
                     reply.set(from, peer);
-                    let mut c = ctx.clone();
-                    c.source = from;
-                    let mut s = c.session(dest, Network::Udp, "shadowsocks");
+                    let mut s = ctx.session(dest, Network::Udp, "shadowsocks");
+                    s.source = from.into();
                     s.user =
                         Some(acct.user.clone()).filter(|u| !u.email.is_empty() || u.level != 0);
-                    nat.send(s, payload);
+                    nat.send(from, s, payload);
                 }
                 Err(e) => tracing::info!(
                     "[{}] shadowsocks udp: dropped packet from {from}: {e}",

@@ -81,10 +81,7 @@ fn key_for(o: &Obj<'_>, method: Method, password: &str) -> Result<Vec<u8>> {
 fn user_of(o: &Obj<'_>, default_email: &str) -> Result<User> {
     let email = o.str("email")?.unwrap_or_else(|| default_email.to_string());
     let level = o.u64("level")?.unwrap_or(0) as u32;
-    Ok(User {
-        email: email.as_str().into(),
-        level,
-    })
+    Ok(User::new(email.as_str(), level))
 }
 
 fn networks(o: &Obj<'_>) -> Result<Vec<Network>> {

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::aead::Error;
 use super::conn::SsStream;
 use super::stream_cipher::{OTA_FLAG, OTA_MAC_LEN};
-use crate::transport::{BoxStream, Stream};
+use crate::transport::Stream;
 
 /// Largest chunk payload a client writes (the length field allows 0xFFFF).
 pub const CLIENT_CHUNK: usize = 0x3FFF;
@@ -205,11 +205,7 @@ impl AsyncWrite for OtaClient {
     }
 }
 
-impl Stream for OtaClient {
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
-    }
-}
+impl Stream for OtaClient {}
 
 /// A server stream that checks and unframes OTA chunks on read (writes pass through).
 pub struct OtaServer {
@@ -317,11 +313,7 @@ impl AsyncWrite for OtaServer {
     }
 }
 
-impl Stream for OtaServer {
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
-    }
-}
+impl Stream for OtaServer {}
 
 #[cfg(test)]
 mod tests {

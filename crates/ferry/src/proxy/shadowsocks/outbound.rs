@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use tokio::net::UdpSocket;
 
 use super::aead::{ChunkOpener, ChunkSealer, Error, AEAD_MAX_CHUNK, SS2022_MAX_CHUNK};
 use super::cipher::{aead_subkey, random, session_subkey_2022, AeadAlg, AeadCipher, Kind};
@@ -18,7 +17,7 @@ use super::{parse_client, ss2022, udp, ClientConfig};
 use crate::common::addr::socks;
 use crate::common::Destination;
 use crate::config::reader::{Obj, Result};
-use crate::proxy::{OutboundBuild, OutboundHandler, PacketConn, Session};
+use crate::proxy::{OutboundBuild, OutboundHandler, PacketConn};
 use crate::transport::{BoxStream, Dialer};
 
 pub struct Outbound {
@@ -144,13 +143,13 @@ pub fn wrap(inner: BoxStream, cfg: &ClientConfig, dest: &Destination) -> io::Res
 
 #[async_trait]
 impl OutboundHandler for Outbound {
-    async fn dial_tcp(&self, session: &Session) -> io::Result<BoxStream> {
-        let inner = self.dialer.dial(&self.cfg.server).await?;
-        connect(inner, &self.cfg, &session.dest)
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        let inner = self.dialer.dial_tcp(&self.cfg.server).await?;
+        connect(inner, &self.cfg, dest)
     }
 
-    async fn dial_udp(&self, _session: &Session) -> io::Result<Box<dyn PacketConn>> {
-        let sock = self.dialer.bind_udp(&self.cfg.server).await?;
+    async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        let sock = self.dialer.dial_udp(&self.cfg.server).await?;
         Ok(Box::new(UdpClient {
             sock,
             cfg: self.cfg.clone(),
@@ -163,7 +162,7 @@ impl OutboundHandler for Outbound {
 
 /// A client UDP association with the server.
 pub struct UdpClient {
-    sock: UdpSocket,
+    sock: Box<dyn PacketConn>,
     cfg: Arc<ClientConfig>,
     session_id: u64,
     packet_id: AtomicU64,
@@ -190,13 +189,13 @@ impl PacketConn for UdpClient {
         } else {
             udp::encode_simple_ota(c.method, &c.key, dest, data, c.ota, &mut out);
         }
-        self.sock.send(&out).await.map(|_| ())
+        self.sock.send_to(&out, &c.server).await
     }
 
     async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
         let c = &self.cfg;
         loop {
-            let n = self.sock.recv(buf).await?;
+            let (n, _) = self.sock.recv_from(buf).await?;
             let p = &mut buf[..n];
             let res = if c.method.kind() == Kind::Aead2022 {
                 let r = udp::Receiver2022 {

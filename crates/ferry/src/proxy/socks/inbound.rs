@@ -2,10 +2,9 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 use tokio::net::UdpSocket;
 use tokio::time::{timeout_at, Instant};
@@ -13,12 +12,11 @@ use tokio::time::{timeout_at, Instant};
 use super::codec::{self, Error as CodecError};
 use super::read_msg;
 use super::InboundConfig;
-use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::addr::AddrError;
 use crate::common::{Address, Destination, Network};
 use crate::proxy::head::HeadReader;
 use crate::proxy::http::inbound::{HttpConfig, HttpInbound};
-use crate::proxy::{InboundCtx, InboundHandler, User};
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, PacketConn, User};
 use crate::transport::BoxStream;
 
 /// Serves SOCKS5, SOCKS4/4a and (like Xray's socks inbound) HTTP proxy requests on one port.
@@ -41,14 +39,8 @@ impl SocksInbound {
     /// `userLevel` so the level's policy applies.
     fn user(&self, name: Option<&str>) -> Option<User> {
         match name {
-            Some(n) => Some(User {
-                email: n.into(),
-                level: self.cfg.level,
-            }),
-            None if self.cfg.level != 0 => Some(User {
-                email: "".into(),
-                level: self.cfg.level,
-            }),
+            Some(n) => Some(User::new(n, self.cfg.level)),
+            None if self.cfg.level != 0 => Some(User::new("", self.cfg.level)),
             None => None,
         }
     }
@@ -75,7 +67,7 @@ enum Next {
 
 #[async_trait]
 impl InboundHandler for SocksInbound {
-    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
+    async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
         let mut stream = stream;
         let mut first = [0u8; 1];
@@ -85,16 +77,14 @@ impl InboundHandler for SocksInbound {
         };
         if n == 0 {
             // A connect-and-close health check.
-            return Ok(());
+            return Ok(Accepted::Done);
         }
         let mut r =
             HeadReader::with_prefix(stream, &first, crate::proxy::http::codec::MAX_HEAD + 1);
-        // Handshakes, HTTP and UDP ASSOCIATE run in their own allocations: what a CONNECT keeps
-        // for its lifetime is only the dispatch future.
         let next = match first[0] {
-            codec::VER5 => timeout_at(deadline, Box::pin(self.socks5(&mut r, &ctx))).await,
-            codec::VER4 => timeout_at(deadline, Box::pin(self.socks4(&mut r, &ctx))).await,
-            _ => return Box::pin(self.http.serve(r, ctx, deadline)).await,
+            codec::VER5 => timeout_at(deadline, self.socks5(&mut r, ctx)).await,
+            codec::VER4 => timeout_at(deadline, self.socks4(&mut r, ctx)).await,
+            _ => return self.http.serve(r, ctx, deadline).await,
         };
         match next {
             Err(_) => Err(timed_out()),
@@ -102,14 +92,9 @@ impl InboundHandler for SocksInbound {
             Ok(Ok(Next::Connect(dest, user))) => {
                 let mut s = ctx.session(dest, Network::Tcp, "socks");
                 s.user = user;
-                ctx.dispatcher
-                    .dispatch_tcp(s, r.into_stream())
-                    .await
-                    .map(|_| ())
+                Ok(Accepted::Stream(s, r.into_stream()))
             }
-            Ok(Ok(Next::Udp(client, user))) => {
-                Box::pin(self.udp_associate(r, client, user, &ctx)).await
-            }
+            Ok(Ok(Next::Udp(client, user))) => self.udp_associate(r, client, user, ctx).await,
         }
     }
 }
@@ -153,7 +138,7 @@ impl SocksInbound {
                 r.write_all(&[1, 0xff]).await?;
                 ctx.dispatcher
                     .access
-                    .rejected(ctx.source, "socks5: invalid user");
+                    .rejected(&ctx.info.source, "socks5: invalid user");
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,
                     format!("socks5: wrong username or password for {name:?}"),
@@ -183,8 +168,12 @@ impl SocksInbound {
             codec::CMD_CONNECT | codec::CMD_TOR_RESOLVE | codec::CMD_TOR_RESOLVE_PTR => {
                 // Like Xray: success at once, bound to the inbound's address; a failure to
                 // reach the target shows as the connection closing.
-                r.write_all(&reply(codec::REP_OK, &ctx.local.into()))
-                    .await?;
+                let bound = ctx
+                    .info
+                    .local
+                    .socket_addr()
+                    .map_or_else(zero, Destination::from);
+                r.write_all(&reply(codec::REP_OK, &bound)).await?;
                 Ok(Next::Connect(req.dest, user))
             }
             codec::CMD_UDP if self.cfg.udp => Ok(Next::Udp(req.dest, user)),
@@ -220,15 +209,17 @@ impl SocksInbound {
         Ok(Next::Connect(req.dest, self.user(None)))
     }
 
-    /// Serves one UDP association until its control connection closes.
+    /// Opens one UDP association: binds its relay socket, answers, and hands the datagrams
+    /// (alive while the control connection is open) to the dispatcher.
     async fn udp_associate(
         &self,
         mut r: HeadReader,
         client: Destination,
         user: Option<User>,
         ctx: &InboundCtx,
-    ) -> io::Result<()> {
-        let local_ip = ctx.local.ip().to_canonical();
+    ) -> io::Result<Accepted> {
+        let loopback = IpAddr::from([127, 0, 0, 1]);
+        let local_ip = ctx.info.local.ip().unwrap_or(loopback).to_canonical();
         let sock = match UdpSocket::bind(SocketAddr::new(local_ip, 0)).await {
             Ok(s) => s,
             Err(e) => {
@@ -243,47 +234,77 @@ impl SocksInbound {
             &SocketAddr::new(reply_ip, port).into(),
         ))
         .await?;
-        let allowed = Allowed::new(&client, ctx.source.ip());
-        let sock = Arc::new(sock);
-        let level = user.as_ref().map_or(0, |u| u.level);
-        let idle = ctx.dispatcher.policy.level(level).conn_idle;
-        let nat = UdpNat::new(ctx.dispatcher.clone(), Arc::new(Reply(sock.clone())), idle);
-        let mut ctrl = r.into_stream();
+        let allowed = Allowed::new(&client, ctx.info.source.ip().unwrap_or(loopback));
+        let mut s = ctx.session(client, Network::Udp, "socks");
+        s.user = user;
+        let packets = Association {
+            sock,
+            allowed,
+            ctrl: tokio::sync::Mutex::new(r.into_stream()),
+            client: std::sync::Mutex::new(None),
+            tag: ctx.tag.clone(),
+        };
+        Ok(Accepted::Packets(s, Box::new(packets)))
+    }
+}
+
+/// One UDP association: datagrams from the client to the relay socket, replies back to the
+/// client address that last sent one. It ends when the control connection closes.
+struct Association {
+    sock: UdpSocket,
+    allowed: Allowed,
+    ctrl: tokio::sync::Mutex<BoxStream>,
+    client: std::sync::Mutex<Option<SocketAddr>>,
+    tag: std::sync::Arc<str>,
+}
+
+#[async_trait]
+impl PacketConn for Association {
+    async fn send_to(&self, data: &[u8], from: &Destination) -> io::Result<()> {
+        let Some(client) = *self.client.lock().unwrap_or_else(|e| e.into_inner()) else {
+            return Ok(());
+        };
+        let len = codec::udp_header_len(from) + data.len();
+        if len > MAX_UDP_PAYLOAD {
+            tracing::debug!("socks udp: {len}-byte reply to {client} does not fit; dropped");
+            return Ok(());
+        }
+        let mut pkt = Vec::with_capacity(len);
+        codec::encode_udp_header(from, &mut pkt);
+        pkt.extend_from_slice(data);
+        self.sock.send_to(&pkt, client).await.map(|_| ())
+    }
+
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
+        let mut ctrl = self.ctrl.lock().await;
         let mut cbuf = [0u8; 256];
-        let mut buf = vec![0u8; MAX_DATAGRAM];
-        let end = loop {
+        loop {
             tokio::select! {
                 n = ctrl.read(&mut cbuf) => match n {
-                    Ok(0) => break Ok(()),
+                    Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                     Ok(_) => continue,
-                    Err(e) => break Err(e),
+                    Err(e) => return Err(e),
                 },
-                m = sock.recv_from(&mut buf) => {
-                    let (n, from) = match m {
-                        Ok(x) => x,
-                        Err(e) => break Err(e),
-                    };
-                    if !allowed.accepts(from) {
-                        tracing::debug!("[{}] socks udp: datagram from unexpected {from} dropped", ctx.tag);
+                m = self.sock.recv_from(buf) => {
+                    let (n, from) = m?;
+                    if !self.allowed.accepts(from) {
+                        tracing::debug!("[{}] socks udp: datagram from unexpected {from} dropped", self.tag);
                         continue;
                     }
                     let Some(pkt) = buf.get(..n) else { continue };
                     match codec::parse_udp(pkt) {
                         Ok((dest, hl)) => {
-                            let mut s = ctx.session(dest, Network::Udp, "socks");
-                            s.source = from;
-                            s.user = user.clone();
-                            nat.send(s, Bytes::copy_from_slice(&pkt[hl..]));
+                            *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(from);
+                            buf.copy_within(hl..n, 0);
+                            return Ok((n - hl, dest));
                         }
                         Err(e) => {
-                            tracing::debug!("[{}] socks udp from {from}: {e}; dropped", ctx.tag);
+                            tracing::debug!("[{}] socks udp from {from}: {e}; dropped", self.tag);
                         }
                     }
                 }
             }
-        };
-        nat.close();
-        end
+        }
     }
 }
 
@@ -325,21 +346,3 @@ impl Allowed {
 
 /// The largest UDP payload (IPv4: 65535 - 20 - 8).
 const MAX_UDP_PAYLOAD: usize = 65507;
-
-/// Sends replies back to the client wrapped in the SOCKS5 UDP header.
-struct Reply(Arc<UdpSocket>);
-
-#[async_trait]
-impl UdpReply for Reply {
-    async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()> {
-        let len = codec::udp_header_len(from) + data.len();
-        if len > MAX_UDP_PAYLOAD {
-            tracing::debug!("socks udp: {len}-byte reply to {client} does not fit; dropped");
-            return Ok(());
-        }
-        let mut pkt = Vec::with_capacity(len);
-        codec::encode_udp_header(from, &mut pkt);
-        pkt.extend_from_slice(data);
-        self.0.send_to(&pkt, client).await.map(|_| ())
-    }
-}

@@ -203,7 +203,15 @@ mod tests {
     fn inbound(v: serde_json::Value) -> std::result::Result<(), ConfigError> {
         let d = Diagnostics::default();
         let o = Obj::new(&v, "inbounds[0].settings", &d)?;
-        build_inbound(&o, &InboundBuild { tag: "t", diag: &d }).map(|_| ())
+        build_inbound(
+            &o,
+            &InboundBuild {
+                tag: "t",
+                diag: &d,
+                counters: &Default::default(),
+            },
+        )
+        .map(|_| ())
     }
 
     #[test]

@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::BytesMut;
-use tokio::net::UdpSocket;
 
 use super::codec;
 use super::read_msg;
 use super::Server;
 use crate::common::{Address, Destination};
 use crate::proxy::head::HeadReader;
-use crate::proxy::{OutboundHandler, PacketConn, Session};
+use crate::proxy::{OutboundHandler, PacketConn};
 use crate::transport::{tcp, BoxStream, Dialer};
 
 /// How long a UDP ASSOCIATE handshake may take (TCP dials are timed by the dispatcher).
@@ -37,7 +36,7 @@ impl SocksOutbound {
         cmd: u8,
         dest: &Destination,
     ) -> io::Result<(HeadReader, Destination)> {
-        let stream = self.dialer.dial(&self.server.dest).await?;
+        let stream = self.dialer.dial_tcp(&self.server.dest).await?;
         let mut r = HeadReader::new(stream, 1024);
         let user = self.server.user.as_ref();
         r.write_all(&codec::client_greeting(user.is_some())).await?;
@@ -77,12 +76,12 @@ impl SocksOutbound {
 
 #[async_trait]
 impl OutboundHandler for SocksOutbound {
-    async fn dial_tcp(&self, s: &Session) -> io::Result<BoxStream> {
-        let (r, _) = self.handshake(codec::CMD_CONNECT, &s.dest).await?;
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        let (r, _) = self.handshake(codec::CMD_CONNECT, dest).await?;
         Ok(r.into_stream())
     }
 
-    async fn dial_udp(&self, _s: &Session) -> io::Result<Box<dyn PacketConn>> {
+    async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         let any = Destination::new(Address::Ip(IpAddr::from([0u8, 0, 0, 0])), 0);
         let (r, bound) = tokio::time::timeout(UDP_HANDSHAKE, self.handshake(codec::CMD_UDP, &any))
             .await
@@ -101,9 +100,10 @@ impl OutboundHandler for SocksOutbound {
             }
             _ => bound,
         };
-        let sock = self.dialer.bind_udp(&relay).await?;
+        let sock = self.dialer.dial_udp(&relay).await?;
         Ok(Box::new(SocksPacketConn {
             sock,
+            relay,
             _control: Mutex::new(r.into_stream()),
         }))
     }
@@ -111,7 +111,8 @@ impl OutboundHandler for SocksOutbound {
 
 /// Datagrams through a SOCKS5 UDP relay. The association lives while `_control` is open.
 struct SocksPacketConn {
-    sock: UdpSocket,
+    sock: Box<dyn PacketConn>,
+    relay: Destination,
     _control: Mutex<BoxStream>,
 }
 
@@ -121,12 +122,12 @@ impl PacketConn for SocksPacketConn {
         let mut pkt = Vec::with_capacity(codec::udp_header_len(dest) + data.len());
         codec::encode_udp_header(dest, &mut pkt);
         pkt.extend_from_slice(data);
-        self.sock.send(&pkt).await.map(|_| ())
+        self.sock.send_to(&pkt, &self.relay).await
     }
 
     async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
         loop {
-            let n = self.sock.recv(buf).await?;
+            let (n, _) = self.sock.recv_from(buf).await?;
             let Some(pkt) = buf.get(..n) else { continue };
             match codec::parse_udp(pkt) {
                 Ok((from, hl)) => {

@@ -17,7 +17,7 @@ use super::stream::{ReadHead, VmessStream};
 use super::{parse_alter_id, parse_uuid, Account};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Obj, Result};
-use crate::proxy::{InboundBuild, InboundCtx, InboundHandler, User};
+use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User};
 use crate::transport::BoxStream;
 
 /// Bound on remembered AuthIDs / sessions per generation.
@@ -162,7 +162,7 @@ async fn fill<R: AsyncRead + Unpin + ?Sized>(
 }
 
 /// A parsed request and what the reply needs.
-struct Accepted {
+struct Handshake {
     account: usize,
     req: Request,
     aead: bool,
@@ -192,7 +192,7 @@ impl Inbound {
         &self,
         s: &mut BoxStream,
         buf: &mut Vec<u8>,
-    ) -> std::result::Result<Accepted, Failure> {
+    ) -> std::result::Result<Handshake, Failure> {
         fill(s, buf, 16).await?;
         let mut eauid = [0u8; 16];
         eauid.copy_from_slice(&buf[..16]);
@@ -223,7 +223,7 @@ impl Inbound {
                 &nonce,
                 &mut buf[header::AEAD_PREFIX..end],
             )?;
-            return Ok(Accepted {
+            return Ok(Handshake {
                 account: i,
                 req,
                 aead: true,
@@ -245,7 +245,7 @@ impl Inbound {
         loop {
             match header::open_legacy_instruction(&a.cmd_key, ts, &buf[16..])? {
                 Some((req, n)) => {
-                    return Ok(Accepted {
+                    return Ok(Handshake {
                         account: i,
                         req,
                         aead: false,
@@ -298,7 +298,7 @@ impl Inbound {
                 tracing::info!(
                     "[{}] vmess from {}: reading header: {e}",
                     ctx.tag,
-                    ctx.source
+                    ctx.info.source
                 );
                 return Ok(None);
             }
@@ -306,7 +306,7 @@ impl Inbound {
                 tracing::warn!(
                     "[{}] vmess from {}: invalid request: {e}; draining",
                     ctx.tag,
-                    ctx.source
+                    ctx.info.source
                 );
                 self.drain(&mut stream, buf.len(), limit).await;
                 return Ok(None);
@@ -315,7 +315,7 @@ impl Inbound {
                 tracing::info!(
                     "[{}] vmess from {}: handshake timed out",
                     ctx.tag,
-                    ctx.source
+                    ctx.info.source
                 );
                 return Ok(None);
             }
@@ -326,7 +326,7 @@ impl Inbound {
             tracing::warn!(
                 "[{}] vmess from {} ({}): {why}",
                 ctx.tag,
-                ctx.source,
+                ctx.info.source,
                 a.email
             );
             Ok(None)
@@ -386,10 +386,7 @@ impl Inbound {
             packet,
         );
         let mut session = ctx.session(req.dest, network, "vmess");
-        session.user = Some(User {
-            email: a.email.clone(),
-            level: a.level,
-        });
+        session.user = Some(User::new(a.email.clone(), a.level));
         tracing::debug!(
             "[{}] vmess {} {} {} security {:?} opt {:#x}{}",
             ctx.tag,
@@ -406,19 +403,16 @@ impl Inbound {
 
 #[async_trait]
 impl InboundHandler for Inbound {
-    async fn handle_tcp(&self, stream: BoxStream, ctx: InboundCtx) -> io::Result<()> {
-        // The handshake (and UDP's packet loop) run in their own allocations: what a TCP
-        // connection keeps for its lifetime is only the dispatch future.
-        let Some((session, body)) = Box::pin(self.accept_tcp(stream, &ctx)).await? else {
-            return Ok(());
+    async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
+        let Some((session, body)) = self.accept_tcp(stream, ctx).await? else {
+            return Ok(Accepted::Done);
         };
-        match session.network {
-            Network::Tcp => ctx
-                .dispatcher
-                .dispatch_tcp(session, Box::new(body))
-                .await
-                .map(|_| ()),
-            Network::Udp => Box::pin(super::udp::serve(body, session, &ctx)).await,
-        }
+        Ok(match session.network {
+            Network::Tcp => Accepted::Stream(session, Box::new(body)),
+            Network::Udp => {
+                let dest = session.dest.clone();
+                Accepted::Packets(session, Box::new(super::udp::Server::new(body, dest)))
+            }
+        })
     }
 }

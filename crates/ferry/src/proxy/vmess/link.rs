@@ -289,7 +289,8 @@ mod tests {
         let b = crate::proxy::OutboundBuild {
             tag: "t",
             diag: &diag,
-            dialer: std::sync::Arc::new(crate::transport::TcpDialer {
+            sockopt: Default::default(),
+            dialer: std::sync::Arc::new(crate::transport::SocketDialer {
                 opts: Default::default(),
             }),
         };

@@ -17,7 +17,7 @@ use super::stream::{ReadHead, VmessStream, HEADER_HOLD};
 use super::{parse_alter_id, parse_security, parse_uuid, Account, SecurityChoice};
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
-use crate::proxy::{OutboundBuild, OutboundHandler, PacketConn, Session};
+use crate::proxy::{OutboundBuild, OutboundHandler, PacketConn};
 use crate::transport::{BoxStream, Dialer};
 
 /// One user of a server, as the client uses it.
@@ -225,7 +225,7 @@ impl Outbound {
 
     async fn open(&self, cmd: Command, dest: &Destination) -> io::Result<VmessStream> {
         let (server, user) = self.pick();
-        let conn = self.dialer.dial(&server.dest).await?;
+        let conn = self.dialer.dial_tcp(&server.dest).await?;
         let h = client_handshake(user, cmd, dest)?;
         Ok(VmessStream::new(
             conn,
@@ -242,12 +242,12 @@ impl Outbound {
 
 #[async_trait]
 impl OutboundHandler for Outbound {
-    async fn dial_tcp(&self, session: &Session) -> io::Result<BoxStream> {
-        Ok(Box::new(self.open(Command::Tcp, &session.dest).await?))
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        Ok(Box::new(self.open(Command::Tcp, dest).await?))
     }
 
-    async fn dial_udp(&self, session: &Session) -> io::Result<Box<dyn PacketConn>> {
-        let s = self.open(Command::Udp, &session.dest).await?;
-        Ok(Box::new(super::udp::Client::new(s, session.dest.clone())))
+    async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        let s = self.open(Command::Udp, dest).await?;
+        Ok(Box::new(super::udp::Client::new(s, dest.clone())))
     }
 }

@@ -15,7 +15,7 @@ use tokio::time::Sleep;
 use super::body::{BodyError, OpenedInto, Opener, Sealer, MAX_CHUNK};
 use super::header::{self, CfbDec};
 use crate::relay::pool;
-use crate::transport::{BoxStream, Peel, Stream};
+use crate::transport::{BoxStream, Stream};
 
 /// Read buffer: one read brings many chunks (16 of Xray's 8 KiB ones).
 const READ_BUF: usize = 128 * 1024;
@@ -566,43 +566,51 @@ impl AsyncWrite for VmessStream {
     }
 }
 
-impl Stream for VmessStream {
-    fn peel(self: Box<Self>) -> Peel {
-        let peelable = self.sealer.is_passthrough()
+impl VmessStream {
+    /// Security `none`/`zero` without masking: the body is the plain bytes, so the relay may
+    /// bypass this layer once its header went out and its buffers are empty.
+    fn passthrough(&self) -> bool {
+        self.sealer.is_passthrough()
             && self.opener.is_passthrough()
             && matches!(self.head, ReadHead::None)
             && !self.packet
-            && !self.shut;
-        if !peelable {
-            return Peel::Stream(self);
-        }
-        let mut me = *self;
-        let inner = std::mem::replace(&mut me.inner, Box::new(tokio::io::duplex(1).0));
-        match inner.peel() {
-            Peel::Raw(mut parts) => {
-                let mut read = Vec::new();
-                if let Some(rbuf) = &me.rbuf {
-                    read.extend_from_slice(&rbuf[me.plain.0..me.plain.1]);
-                    read.extend_from_slice(&rbuf[me.rpos..me.rend]);
-                }
-                read.extend_from_slice(&parts.read_pending);
-                parts.read_pending = Bytes::from(read);
-                let mut write = parts.write_pending.to_vec();
-                if let Some(wbuf) = &me.wbuf {
-                    write.extend_from_slice(&wbuf[me.wpos..me.wlen]);
-                }
-                parts.write_pending = Bytes::from(write);
-                Peel::Raw(parts)
-            }
-            Peel::Stream(s) => {
-                me.inner = s;
-                Peel::Stream(Box::new(me))
-            }
+            && !self.shut
+    }
+}
+
+impl Stream for VmessStream {
+    fn socket(&self) -> Option<crate::transport::RawSocket<'_>> {
+        if self.passthrough() {
+            self.inner.socket()
+        } else {
+            None
         }
     }
 
-    fn into_box(self: Box<Self>) -> BoxStream {
-        self
+    fn take_read_direct(&mut self) -> Option<Bytes> {
+        if !self.passthrough() {
+            return None;
+        }
+        let under = self.inner.take_read_direct()?;
+        let mut read = Vec::new();
+        if let Some(rbuf) = &self.rbuf {
+            read.extend_from_slice(&rbuf[self.plain.0..self.plain.1]);
+            read.extend_from_slice(&rbuf[self.rpos..self.rend]);
+        }
+        self.plain = (0, 0);
+        self.rpos = 0;
+        self.rend = 0;
+        if let Some(b) = self.rbuf.take() {
+            pool::put(b);
+        }
+        read.extend_from_slice(&under);
+        Some(Bytes::from(read))
+    }
+
+    fn write_direct(&self) -> bool {
+        self.passthrough()
+            && self.wbuf.as_ref().is_none_or(|_| self.wpos == self.wlen)
+            && self.inner.write_direct()
     }
 }
 
@@ -705,11 +713,7 @@ mod tests {
         }
     }
 
-    impl Stream for Trickle {
-        fn into_box(self: Box<Self>) -> BoxStream {
-            self
-        }
-    }
+    impl Stream for Trickle {}
 
     fn params(security: Security) -> BodyParams {
         BodyParams {

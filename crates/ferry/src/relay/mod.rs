@@ -1,0 +1,340 @@
+//! The one copy engine every TCP session ends in.
+//!
+//! Each direction is its own state: a buffered copy through pooled buffers ([`copy`]), or
+//! `splice(2)` between the raw sockets through a kernel pipe created on the first byte
+//! ([`splice`]). A direction starts in splice when its reader and writer are direct (plain
+//! sockets); a copying direction asks after each transfer whether its layers have turned
+//! direct (XTLS Vision does, mid-connection) and then moves, alone, to splice. Counters are
+//! added to as each transfer completes, so statistics are live. Half-close is propagated; the
+//! idle timeout switches to `uplink_only` / `downlink_only` once one direction has finished, as
+//! in Xray ([`idle`]).
+
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::transport::{BoxStream, Stream};
+use copy::{CopyDir, CopyEnd};
+use idle::{drive, Activity, Dir};
+use splice::SpliceDir;
+
+mod copy;
+mod idle;
+pub mod pool;
+mod splice;
+
+/// Timeouts and buffer size for one relay (from the user level's policy).
+#[derive(Clone, Debug)]
+pub struct RelayOpts {
+    /// Close when no byte moved for this long (zero: never).
+    pub conn_idle: Duration,
+    /// After the server side finished (downlink done), how long the client may still send.
+    pub uplink_only: Duration,
+    /// After the client side finished (uplink done), how long the server may still send.
+    pub downlink_only: Duration,
+    /// Copy buffer size for the buffered path: it starts small and grows while reads fill it.
+    pub buffer: pool::Adaptive,
+    /// Use splice when both sides are raw sockets.
+    pub splice: bool,
+}
+
+impl Default for RelayOpts {
+    fn default() -> Self {
+        RelayOpts {
+            conn_idle: Duration::from_secs(300),
+            uplink_only: Duration::from_secs(1),
+            downlink_only: Duration::from_secs(1),
+            buffer: pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
+            splice: true,
+        }
+    }
+}
+
+/// Live byte counters a relay adds to: uplink is client -> server.
+#[derive(Clone, Default, Debug)]
+pub struct Counters {
+    pub up: Vec<Arc<AtomicU64>>,
+    pub down: Vec<Arc<AtomicU64>>,
+}
+
+#[inline]
+fn add(counters: &[Arc<AtomicU64>], n: usize) {
+    for c in counters {
+        c.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// How a relay ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayStats {
+    pub up: u64,
+    pub down: u64,
+    /// The uplink / downlink moved by splice (from the start or after a switch).
+    pub up_spliced: bool,
+    pub down_spliced: bool,
+    /// `Some` when a timeout ended it.
+    pub timed_out: Option<&'static str>,
+}
+
+impl RelayStats {
+    /// Whether either direction was spliced.
+    pub fn spliced(&self) -> bool {
+        self.up_spliced || self.down_spliced
+    }
+}
+
+/// Moves bytes both ways between the client side `a` and the server side `b` until both
+/// directions finish, an error occurs, or a timeout fires.
+///
+/// What an idle connection keeps is this future, so it is laid out to be small: the state of
+/// each direction is a plain struct polled by hand (no readiness futures held), in a
+/// `poll_fn`. Written as `fn -> impl Future` because an `async fn` keeps each argument twice
+/// in its state (the argument and its moved copy).
+#[allow(clippy::manual_async_fn)]
+pub fn run<'a>(
+    mut a: BoxStream,
+    mut b: BoxStream,
+    opts: &'a RelayOpts,
+    counters: &'a Counters,
+) -> impl Future<Output = io::Result<RelayStats>> + Send + 'a {
+    async move {
+        let activity = Activity::new();
+        let mut up = Direction::start(&mut *a, &*b, opts);
+        let mut down = Direction::start(&mut *b, &*a, opts);
+        let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
+            Dir::Up => up.poll(cx, &mut *a, &mut *b, &counters.up, &activity),
+            Dir::Down => down.poll(cx, &mut *b, &mut *a, &counters.down, &activity),
+        };
+        let (_, _, timed_out) = drive(poll_dir, opts, &activity).await?;
+        Ok(RelayStats {
+            up: up.total,
+            down: down.total,
+            up_spliced: up.spliced,
+            down_spliced: down.spliced,
+            timed_out,
+        })
+    }
+}
+
+/// How one direction moves bytes now.
+enum Way {
+    Copy(CopyDir),
+    Splice(SpliceDir),
+    Done,
+}
+
+/// One direction of a relay: reader -> writer.
+struct Direction {
+    way: Way,
+    total: u64,
+    spliced: bool,
+}
+
+impl Direction {
+    /// Splice from the start when both ends are direct; copy otherwise.
+    fn start(r: &mut dyn Stream, w: &dyn Stream, opts: &RelayOpts) -> Direction {
+        let sockets = opts.splice && r.socket().is_some() && w.socket().is_some();
+        let direct = sockets && w.write_direct();
+        let way = match direct.then(|| r.take_read_direct()).flatten() {
+            Some(pending) => Way::Splice(SpliceDir::new(pending)),
+            None => Way::Copy(CopyDir::new(opts.buffer, sockets)),
+        };
+        Direction {
+            spliced: matches!(way, Way::Splice(_)),
+            way,
+            total: 0,
+        }
+    }
+
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: &mut dyn Stream,
+        w: &mut dyn Stream,
+        counters: &[Arc<AtomicU64>],
+        activity: &Activity,
+    ) -> Poll<io::Result<u64>> {
+        loop {
+            match &mut self.way {
+                Way::Copy(c) => {
+                    match std::task::ready!(c.poll_copy(
+                        cx,
+                        r,
+                        w,
+                        &mut self.total,
+                        counters,
+                        activity
+                    ))? {
+                        CopyEnd::Done => self.way = Way::Done,
+                        CopyEnd::Switch(pending) => {
+                            self.spliced = true;
+                            self.way = Way::Splice(SpliceDir::new(pending));
+                        }
+                    }
+                }
+                Way::Splice(s) => {
+                    let (Some(from), Some(to)) = (r.socket(), w.socket()) else {
+                        return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                    };
+                    std::task::ready!(s.poll_splice(
+                        cx,
+                        from,
+                        to,
+                        &mut self.total,
+                        counters,
+                        activity
+                    ))?;
+                    self.way = Way::Done;
+                }
+                Way::Done => return Poll::Ready(Ok(self.total)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Prefixed;
+    use bytes::Bytes;
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn tcp_pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    fn counters() -> Counters {
+        Counters {
+            up: vec![Arc::new(AtomicU64::new(0))],
+            down: vec![Arc::new(AtomicU64::new(0))],
+        }
+    }
+
+    /// One end: writes `out` then half-closes while reading everything the other end sends.
+    fn end(
+        mut sock: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        out: Vec<u8>,
+    ) -> tokio::task::JoinHandle<Vec<u8>> {
+        tokio::spawn(async move {
+            let (mut r, mut w) = tokio::io::split(&mut sock);
+            let wr = async {
+                w.write_all(&out).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            let mut got = Vec::new();
+            let rd = r.read_to_end(&mut got);
+            let (_, n) = tokio::join!(wr, rd);
+            n.unwrap();
+            got
+        })
+    }
+
+    /// Client writes `up` then half-closes; server side writes `down` then half-closes.
+    async fn exchange(
+        client: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        server: impl AsyncReadExt + AsyncWriteExt + Unpin + Send + 'static,
+        up: Vec<u8>,
+        down: Vec<u8>,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let (c, s) = (end(client, up), end(server, down));
+        (c.await.unwrap(), s.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn splice_path_moves_and_counts_including_pending_bytes() {
+        let (client, a) = tcp_pair().await;
+        let (b, server) = tcp_pair().await;
+        // The inbound read 5 bytes past its header: they must reach the server first.
+        let a: BoxStream = Box::new(Prefixed::new(Bytes::from_static(b"head:"), Box::new(a)));
+        let cs = counters();
+        let c2 = cs.clone();
+        let relay = tokio::spawn(async move {
+            run(a, Box::new(b), &RelayOpts::default(), &c2)
+                .await
+                .unwrap()
+        });
+        let up = vec![7u8; 3 << 20];
+        let down = vec![9u8; 2 << 20];
+        let (got_client, got_server) = exchange(client, server, up.clone(), down.clone()).await;
+        let st = relay.await.unwrap();
+        assert!(st.up_spliced && st.down_spliced);
+        assert_eq!(&got_server[..5], b"head:");
+        assert_eq!(&got_server[5..], &up[..]);
+        assert_eq!(got_client, down);
+        assert_eq!(st.up, up.len() as u64 + 5);
+        assert_eq!(cs.up[0].load(Ordering::Relaxed), up.len() as u64 + 5);
+        assert_eq!(cs.down[0].load(Ordering::Relaxed), down.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn copy_path_moves_counts_and_half_closes() {
+        let (client, a) = tokio::io::duplex(4096);
+        let (b, server) = tokio::io::duplex(4096);
+        let cs = counters();
+        let c2 = cs.clone();
+        let relay = tokio::spawn(async move {
+            run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2)
+                .await
+                .unwrap()
+        });
+        let up: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
+        let down: Vec<u8> = (0..700_000u32).map(|i| (i * 7) as u8).collect();
+        let (got_client, got_server) = exchange(client, server, up.clone(), down.clone()).await;
+        let st = relay.await.unwrap();
+        assert!(!st.spliced());
+        assert_eq!(got_server, up);
+        assert_eq!(got_client, down);
+        assert_eq!(cs.up[0].load(Ordering::Relaxed), up.len() as u64);
+        assert_eq!(cs.down[0].load(Ordering::Relaxed), down.len() as u64);
+        assert_eq!(st.timed_out, None);
+    }
+
+    #[tokio::test]
+    async fn idle_timeout_ends_a_silent_relay() {
+        for splice in [true, false] {
+            let (_client, a) = tcp_pair().await;
+            let (b, _server) = tcp_pair().await;
+            let opts = RelayOpts {
+                conn_idle: Duration::from_millis(200),
+                splice,
+                ..RelayOpts::default()
+            };
+            let t = Instant::now();
+            let st = run(Box::new(a), Box::new(b), &opts, &Counters::default())
+                .await
+                .unwrap();
+            assert_eq!(st.timed_out, Some("connIdle"));
+            assert!(t.elapsed() >= Duration::from_millis(200));
+            assert!(t.elapsed() < Duration::from_secs(5));
+        }
+    }
+
+    #[tokio::test]
+    async fn downlink_only_limits_the_wait_after_the_client_finished() {
+        let (mut client, a) = tcp_pair().await;
+        let (b, _server) = tcp_pair().await;
+        let opts = RelayOpts {
+            downlink_only: Duration::from_millis(300),
+            ..RelayOpts::default()
+        };
+        let relay = tokio::spawn(async move {
+            run(Box::new(a), Box::new(b), &opts, &Counters::default())
+                .await
+                .unwrap()
+        });
+        client.shutdown().await.unwrap();
+        let st = tokio::time::timeout(Duration::from_secs(5), relay)
+            .await
+            .expect("relay ended")
+            .unwrap();
+        assert_eq!(st.timed_out, Some("downlinkOnly"));
+    }
+}

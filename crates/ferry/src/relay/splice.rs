@@ -1,0 +1,103 @@
+//! The zero-copy direction of a relay: socket -> pipe -> socket with `splice(2)`.
+
+use std::io;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+
+use super::idle::Activity;
+use super::{add, pool};
+use crate::common::sys;
+use crate::transport::RawSocket;
+
+/// One direction of the splice path as a small state machine (polled, so an idle connection
+/// keeps no readiness futures): bytes go socket -> pipe -> socket; the pipe is created on the
+/// first byte.
+#[derive(Default)]
+pub(super) struct SpliceDir {
+    pipe: Option<sys::Pipe>,
+    /// Bytes sitting in the pipe.
+    left: usize,
+    /// Bytes the layers held when this direction went direct: written first.
+    pending: Bytes,
+}
+
+impl SpliceDir {
+    /// Splices after first writing `pending` (bytes a layer held when it went direct).
+    pub(super) fn new(pending: Bytes) -> Self {
+        SpliceDir {
+            pending,
+            ..SpliceDir::default()
+        }
+    }
+
+    /// Moves bytes until `from` ends (then half-closes `to`); `total` counts them.
+    pub(super) fn poll_splice(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: RawSocket<'_>,
+        to: RawSocket<'_>,
+        total: &mut u64,
+        counters: &[Arc<AtomicU64>],
+        activity: &Activity,
+    ) -> Poll<io::Result<()>> {
+        use std::os::fd::AsRawFd;
+        while !self.pending.is_empty() {
+            match to.try_write(&self.pending) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    self.pending.advance(n);
+                    *total += n as u64;
+                    add(counters, n);
+                    activity.touch();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready!(to.poll_write_ready(cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        loop {
+            if self.left > 0 {
+                let pr = match &self.pipe {
+                    Some(p) => p.read.as_raw_fd(),
+                    None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                };
+                match to.try_write_io(|| sys::splice(pr, to.fd(), self.left)) {
+                    Ok(m) => {
+                        self.left -= m;
+                        *total += m as u64;
+                        add(counters, m);
+                        activity.touch();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        ready!(to.poll_write_ready(cx))?;
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+                continue;
+            }
+            ready!(from.poll_read_ready(cx))?;
+            let pw = match &self.pipe {
+                Some(p) => p.write.as_raw_fd(),
+                None => self
+                    .pipe
+                    .insert(sys::Pipe::new(pool::PIPE_SIZE)?)
+                    .write
+                    .as_raw_fd(),
+            };
+            // The pipe is empty here, so WouldBlock can only mean the socket has nothing to read.
+            match from.try_read_io(|| sys::splice(from.fd(), pw, pool::PIPE_SIZE)) {
+                Ok(0) => {
+                    to.shutdown_write()?;
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(n) => self.left = n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}

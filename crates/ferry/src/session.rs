@@ -1,0 +1,177 @@
+//! What every layer knows about one connection: its endpoints, the facts the acceptor chain
+//! learned on the way in ([`ConnInfo`]), the authenticated [`User`], and the [`Session`] that the
+//! router and the outbound see. This module sits low in the tree: `proxy`, `app` and `config`
+//! all use it, and it uses none of them.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use crate::common::{Destination, Network};
+
+/// One end of a connection: an IP socket address, or a unix socket (path, `@abstract` or
+/// `@@padded`, as the listener was configured; a unix peer has no address of its own).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Ip(SocketAddr),
+    Unix(Arc<str>),
+}
+
+impl Endpoint {
+    /// The IP address, for IP endpoints.
+    pub fn ip(&self) -> Option<IpAddr> {
+        match self {
+            Endpoint::Ip(a) => Some(a.ip()),
+            Endpoint::Unix(_) => None,
+        }
+    }
+
+    /// The port (0 for a unix socket).
+    pub fn port(&self) -> u16 {
+        match self {
+            Endpoint::Ip(a) => a.port(),
+            Endpoint::Unix(_) => 0,
+        }
+    }
+
+    /// The socket address, for IP endpoints.
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Endpoint::Ip(a) => Some(*a),
+            Endpoint::Unix(_) => None,
+        }
+    }
+}
+
+impl From<SocketAddr> for Endpoint {
+    fn from(a: SocketAddr) -> Self {
+        Endpoint::Ip(a)
+    }
+}
+
+impl FromStr for Endpoint {
+    type Err = std::net::AddrParseError;
+    /// `ip:port`; anything starting with `/` or `@` is a unix endpoint.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.starts_with('/') || s.starts_with('@') {
+            return Ok(Endpoint::Unix(s.into()));
+        }
+        s.parse().map(Endpoint::Ip)
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Ip(a) => a.fmt(f),
+            Endpoint::Unix(p) => write!(f, "unix:{p}"),
+        }
+    }
+}
+
+/// What the acceptor chain learned about a connection before the protocol read it: the
+/// endpoints (the PROXY protocol layer replaces the source with the real client), and what
+/// TLS and the transports saw (used by fallbacks and routing).
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    pub source: Endpoint,
+    /// The local address the connection arrived on.
+    pub local: Endpoint,
+    /// TLS server name the client asked for.
+    pub sni: Option<Arc<str>>,
+    /// TLS ALPN protocol negotiated.
+    pub alpn: Option<Arc<str>>,
+    /// HTTP request path (WebSocket / HTTPUpgrade transports, fallbacks).
+    pub path: Option<Arc<str>>,
+}
+
+impl ConnInfo {
+    /// A connection known only by its endpoints.
+    pub fn new(source: Endpoint, local: Endpoint) -> Self {
+        ConnInfo {
+            source,
+            local,
+            sni: None,
+            alpn: None,
+            path: None,
+        }
+    }
+}
+
+/// Live byte counters of one user (uplink: client -> server), resolved once when the user is
+/// added, so a connection never looks a counter up by name.
+#[derive(Clone, Debug, Default)]
+pub struct Traffic {
+    pub up: Option<Arc<AtomicU64>>,
+    pub down: Option<Arc<AtomicU64>>,
+}
+
+/// An authenticated user of an inbound.
+#[derive(Clone, Debug)]
+pub struct User {
+    /// The email the stats counters are named after (`user>>>EMAIL>>>traffic>>>uplink`).
+    pub email: Arc<str>,
+    pub level: u32,
+    /// This user's counters (empty when stats are off).
+    pub traffic: Arc<Traffic>,
+}
+
+impl User {
+    /// A user without counters of its own.
+    pub fn new(email: impl Into<Arc<str>>, level: u32) -> Self {
+        User {
+            email: email.into(),
+            level,
+            traffic: Arc::default(),
+        }
+    }
+}
+
+impl PartialEq for User {
+    fn eq(&self, o: &Self) -> bool {
+        self.email == o.email && self.level == o.level
+    }
+}
+
+impl Eq for User {}
+
+/// What the router and the outbound need to know about one connection.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub inbound_tag: Arc<str>,
+    pub source: Endpoint,
+    /// The local address the connection arrived on.
+    pub local: Endpoint,
+    pub dest: Destination,
+    pub network: Network,
+    pub user: Option<User>,
+    /// The protocol the inbound spoke (for logs).
+    pub protocol: &'static str,
+}
+
+impl Session {
+    /// The user level for policy lookups (0 when anonymous).
+    pub fn level(&self) -> u32 {
+        self.user.as_ref().map(|u| u.level).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_and_show() {
+        let e: Endpoint = "127.0.0.1:80".parse().unwrap();
+        assert_eq!(e.port(), 80);
+        assert_eq!(e.ip(), Some(IpAddr::from([127, 0, 0, 1])));
+        assert_eq!(e.to_string(), "127.0.0.1:80");
+        let u: Endpoint = "@@ferry".parse().unwrap();
+        assert_eq!(u.ip(), None);
+        assert_eq!(u.port(), 0);
+        assert_eq!(u.to_string(), "unix:@@ferry");
+        assert!("nonsense".parse::<Endpoint>().is_err());
+    }
+}

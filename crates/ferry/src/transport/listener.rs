@@ -1,0 +1,178 @@
+//! Listening sockets: TCP addresses and unix sockets (a path, `@abstract`, or `@@padded`, the
+//! abstract name padded with zeros to the full `sun_path` as Xray and HAProxy do), behind one
+//! [`Listener`] that accepts either kind.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::linux::net::SocketAddrExt;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+
+use super::{tcp, BoxStream};
+use crate::session::Endpoint;
+
+/// Length of `sun_path` on Linux: a padded abstract name fills all of it.
+const SUN_PATH_LEN: usize = 108;
+
+/// A unix socket address as Xray writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UnixPath {
+    /// A file system path.
+    File(String),
+    /// `@name`: an abstract socket named exactly `name`.
+    Abstract(String),
+    /// `@@name`: an abstract socket whose name is padded with zeros to the whole `sun_path`.
+    Padded(String),
+}
+
+impl UnixPath {
+    /// Reads `/path`, `@name` or `@@name`; anything else is not a unix address.
+    pub fn parse(s: &str) -> Option<UnixPath> {
+        if let Some(n) = s.strip_prefix("@@") {
+            Some(UnixPath::Padded(n.to_string()))
+        } else if let Some(n) = s.strip_prefix('@') {
+            Some(UnixPath::Abstract(n.to_string()))
+        } else if s.starts_with('/') {
+            Some(UnixPath::File(s.to_string()))
+        } else {
+            None
+        }
+    }
+
+    /// The text form (`/path`, `@name`, `@@name`).
+    pub fn text(&self) -> String {
+        match self {
+            UnixPath::File(p) => p.clone(),
+            UnixPath::Abstract(n) => format!("@{n}"),
+            UnixPath::Padded(n) => format!("@@{n}"),
+        }
+    }
+
+    fn addr(&self) -> io::Result<std::os::unix::net::SocketAddr> {
+        match self {
+            UnixPath::File(p) => std::os::unix::net::SocketAddr::from_pathname(p),
+            UnixPath::Abstract(n) => std::os::unix::net::SocketAddr::from_abstract_name(n),
+            UnixPath::Padded(n) => {
+                // sun_path = NUL + name + NULs up to its full length.
+                let mut name = n.as_bytes().to_vec();
+                if name.len() > SUN_PATH_LEN - 1 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "abstract socket name too long",
+                    ));
+                }
+                name.resize(SUN_PATH_LEN - 1, 0);
+                std::os::unix::net::SocketAddr::from_abstract_name(name)
+            }
+        }
+    }
+
+    /// Binds a listening socket (a stale file at a path is removed first, as Xray does).
+    pub fn bind(&self) -> io::Result<UnixListener> {
+        if let UnixPath::File(p) = self {
+            if std::fs::symlink_metadata(p).is_ok_and(|m| {
+                use std::os::unix::fs::FileTypeExt;
+                m.file_type().is_socket()
+            }) {
+                std::fs::remove_file(p)?;
+            }
+        }
+        let l = std::os::unix::net::UnixListener::bind_addr(&self.addr()?)?;
+        l.set_nonblocking(true)?;
+        UnixListener::from_std(l)
+    }
+
+    /// Connects to this socket.
+    pub async fn connect(&self) -> io::Result<UnixStream> {
+        let addr = self.addr()?;
+        // std connects blocking; a local unix connect does not wait on the network.
+        let s = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+        s.set_nonblocking(true)?;
+        UnixStream::from_std(s)
+    }
+}
+
+/// A bound inbound socket of either kind.
+pub enum Listener {
+    Tcp(TcpListener, tcp::SockOpts),
+    Unix(UnixListener, Arc<str>),
+}
+
+impl Listener {
+    /// Binds a TCP listener.
+    pub fn tcp(addr: SocketAddr, opts: tcp::SockOpts) -> io::Result<Listener> {
+        Ok(Listener::Tcp(tcp::listen(addr)?, opts))
+    }
+
+    /// Binds a unix listener.
+    pub fn unix(path: &UnixPath) -> io::Result<Listener> {
+        Ok(Listener::Unix(path.bind()?, path.text().into()))
+    }
+
+    /// Where it listens.
+    pub fn local(&self) -> io::Result<Endpoint> {
+        match self {
+            Listener::Tcp(l, _) => Ok(Endpoint::Ip(l.local_addr()?)),
+            Listener::Unix(_, p) => Ok(Endpoint::Unix(p.clone())),
+        }
+    }
+
+    /// Accepts one connection: the stream, its source, and the local endpoint it arrived on.
+    pub async fn accept(&self) -> io::Result<(BoxStream, Endpoint, Endpoint)> {
+        match self {
+            Listener::Tcp(l, opts) => {
+                let (s, peer) = l.accept().await?;
+                if let Err(e) = tcp::accepted(&s, opts) {
+                    tracing::debug!("socket options on {peer}: {e}");
+                }
+                // The address this connection arrived on (the listener's may be unspecified).
+                let local = s.local_addr().or_else(|_| l.local_addr())?;
+                Ok((Box::new(s), Endpoint::Ip(peer), Endpoint::Ip(local)))
+            }
+            Listener::Unix(l, p) => {
+                let (s, _) = l.accept().await?;
+                Ok((
+                    Box::new(s),
+                    Endpoint::Unix(p.clone()),
+                    Endpoint::Unix(p.clone()),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn parses_xray_spellings() {
+        assert_eq!(
+            UnixPath::parse("/run/x.sock"),
+            Some(UnixPath::File("/run/x.sock".into()))
+        );
+        assert_eq!(UnixPath::parse("@a"), Some(UnixPath::Abstract("a".into())));
+        assert_eq!(UnixPath::parse("@@a"), Some(UnixPath::Padded("a".into())));
+        assert_eq!(UnixPath::parse("127.0.0.1"), None);
+    }
+
+    #[tokio::test]
+    async fn padded_and_plain_abstract_names_are_different_sockets() {
+        let name = format!("ferry-test-{}", std::process::id());
+        let padded = UnixPath::Padded(name.clone());
+        let plain = UnixPath::Abstract(name);
+        let l = Listener::unix(&padded).unwrap();
+        // The plain name is not the padded one: nothing listens there.
+        assert!(plain.connect().await.is_err());
+        let mut c = padded.connect().await.unwrap();
+        let (mut s, src, local) = l.accept().await.unwrap();
+        assert_eq!(local.to_string(), format!("unix:{}", padded.text()));
+        assert_eq!(src.port(), 0);
+        c.write_all(b"ping").await.unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"ping");
+    }
+}
