@@ -228,7 +228,7 @@ impl PadPool {
     /// Fills `out` (at most [`MAX_PADDING`] bytes) with random bytes.
     fn fill(&mut self, out: &mut [u8]) {
         if self.pos + out.len() > self.buf.len() {
-            let _ = aws_lc_rs::rand::fill(&mut self.buf[..]);
+            crate::common::rand::fill(&mut self.buf[..]);
             self.pos = 0;
         }
         let n = out.len().min(self.buf.len());

@@ -116,7 +116,7 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
 
 fn random<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
-    let _ = aws_lc_rs::rand::fill(&mut b);
+    crate::common::rand::fill(&mut b);
     b
 }
 
