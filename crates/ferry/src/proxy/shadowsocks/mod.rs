@@ -9,6 +9,9 @@
 pub mod aead;
 pub mod cipher;
 pub mod conn;
+/// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
+/// targets in `fuzz/`), never in the shipped library.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod inbound;
 pub mod link;

@@ -2,6 +2,9 @@
 //! the body stream in `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
 
 pub mod body;
+/// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
+/// targets in `fuzz/`), never in the shipped library.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod header;
 pub mod inbound;
