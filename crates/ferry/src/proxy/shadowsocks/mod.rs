@@ -4,7 +4,8 @@
 //!   `ota.rs`: their one-time auth.
 //! * `aead.rs`: the chunk codec; `ss2022.rs`: 2022 headers and EIH; `udp.rs`: packet codecs.
 //! * `conn.rs`: the stream the relay copies through; `replay.rs`: salt filters.
-//! * `inbound.rs` / `outbound.rs`: the thin async adapters; `link.rs`: SIP002 `ss://` links.
+//! * `inbound.rs` / `outbound.rs`: the thin async adapters; `udp_server.rs`: the inbound's UDP
+//!   side; `link.rs`: SIP002 `ss://` links.
 
 pub mod aead;
 pub mod cipher;
@@ -21,6 +22,7 @@ pub mod replay;
 pub mod ss2022;
 pub mod stream_cipher;
 pub mod udp;
+pub mod udp_server;
 
 use std::sync::Arc;
 
