@@ -8,6 +8,8 @@ bash scripts/peers.sh ${FERRY_PEER_GROUPS:-all}
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo build --release -p ferry --bin ferry
+# The README's run command, as written, carries a request through its SOCKS5 and HTTP sides.
+bash scripts/readme_run.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --release -- --test-threads=2 2>&1 | tee "$log"

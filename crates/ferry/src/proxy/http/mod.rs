@@ -51,3 +51,30 @@ pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn Outb
         b.dialer.clone(),
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::Destination;
+    use crate::config::Diagnostics;
+    use serde_json::json;
+
+    #[test]
+    fn outbound_servers_list_and_flat_forms_read_the_same_fields() {
+        let d = Diagnostics::default();
+        let list = json!({"servers": [{"address": "proxy.example", "port": 3128,
+            "users": [{"user": "u", "pass": "p"}]}], "headers": {"X-A": "1"}});
+        let flat = json!({"address": "proxy.example", "port": 3128, "user": "u", "pass": "p",
+            "headers": {"X-A": "1"}});
+        for v in [list, flat] {
+            let o = Obj::new(&v, "s", &d).unwrap();
+            let s = parse_server(&o).unwrap();
+            assert_eq!(s.dest, Destination::parse("proxy.example:3128").unwrap());
+            assert_eq!(s.user, Some(("u".into(), "p".into())));
+        }
+        let v = json!({"address": "10.0.0.1", "port": 8080});
+        let s = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
+        assert_eq!(s.dest, Destination::parse("10.0.0.1:8080").unwrap());
+        assert_eq!(s.user, None);
+    }
+}

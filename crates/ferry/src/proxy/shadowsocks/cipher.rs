@@ -476,9 +476,10 @@ impl CounterNonce {
     }
 }
 
-/// Fills `buf` with cryptographically random bytes.
+/// Fills `buf` with cryptographically random bytes (panics if the system RNG fails, see
+/// [`crate::common::rand::fill`]).
 pub fn random(buf: &mut [u8]) {
-    let _ = aws_lc_rs::rand::fill(buf);
+    crate::common::rand::fill(buf);
 }
 
 #[cfg(test)]

@@ -4,11 +4,15 @@
 //!   `ota.rs`: their one-time auth.
 //! * `aead.rs`: the chunk codec; `ss2022.rs`: 2022 headers and EIH; `udp.rs`: packet codecs.
 //! * `conn.rs`: the stream the relay copies through; `replay.rs`: salt filters.
-//! * `inbound.rs` / `outbound.rs`: the thin async adapters; `link.rs`: SIP002 `ss://` links.
+//! * `inbound.rs` / `outbound.rs`: the thin async adapters; `udp_server.rs`: the inbound's UDP
+//!   side; `link.rs`: SIP002 `ss://` links.
 
 pub mod aead;
 pub mod cipher;
 pub mod conn;
+/// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
+/// targets in `fuzz/`), never in the shipped library.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod inbound;
 pub mod link;
@@ -18,6 +22,7 @@ pub mod replay;
 pub mod ss2022;
 pub mod stream_cipher;
 pub mod udp;
+pub mod udp_server;
 
 use std::sync::Arc;
 
@@ -314,4 +319,57 @@ pub fn parse_client(o: &Obj<'_>) -> Result<(ClientConfig, Arc<str>)> {
     }
     cfg.ota = ota;
     Ok((cfg, email.as_str().into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::Destination;
+    use crate::config::Diagnostics;
+    use serde_json::json;
+
+    fn client(v: serde_json::Value) -> Result<(ClientConfig, Arc<str>)> {
+        let d = Diagnostics::default();
+        parse_client(&Obj::new(&v, "s", &d)?)
+    }
+
+    #[test]
+    fn outbound_servers_list_and_flat_forms_read_the_same_fields() {
+        let list = json!({"servers": [{"address": "ss.example", "port": 8388,
+            "method": "aes-128-gcm", "password": "pw", "email": "u@x", "level": 0}]});
+        let flat = json!({"address": "ss.example", "port": 8388, "method": "aes-128-gcm",
+            "password": "pw", "email": "u@x", "level": 0});
+        for v in [list, flat] {
+            let (c, email) = client(v).unwrap();
+            assert_eq!(c.server, Destination::parse("ss.example:8388").unwrap());
+            assert_eq!(c.method, Method::Aes128Gcm);
+            assert_eq!(c.key, Method::Aes128Gcm.key_from_password("pw").unwrap());
+            assert!(!c.ota);
+            assert_eq!(&*email, "u@x");
+        }
+        let (c, _) = client(json!({"address": "1.2.3.4", "port": "9000",
+            "method": "aes-256-cfb", "password": "x", "ota": true}))
+        .unwrap();
+        assert_eq!(c.server, Destination::parse("1.2.3.4:9000").unwrap());
+        assert_eq!((c.method, c.ota), (Method::Aes256Cfb, true));
+    }
+
+    #[test]
+    fn outbound_server_errors_name_their_path() {
+        let path = |v| client(v).err().map(|e| e.path);
+        assert_eq!(path(json!({})), Some("s.address".into()));
+        assert_eq!(
+            path(json!({"address": "a", "method": "aes-128-gcm", "password": "p"})),
+            Some("s.port".into())
+        );
+        assert_eq!(
+            path(json!({"servers": [{"address": "a", "port": 1, "password": "p"}]})),
+            Some("s.servers[0].method".into())
+        );
+        let two = json!({"address": "a", "port": 1, "method": "aes-128-gcm", "password": "p"});
+        assert_eq!(
+            path(json!({"servers": [two.clone(), two]})),
+            Some("s.servers".into())
+        );
+    }
 }

@@ -1,29 +1,19 @@
 //! VMess request and response headers, sans-IO: the AEAD header (alterId 0) and the legacy
 //! MD5/CFB header (alterId > 0), the instruction section both carry, and the response headers.
 
-use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit, KeyIvInit};
+use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use aes::Aes128;
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use bytes::BufMut;
 use hmac::{Hmac, Mac};
 use md5::{Digest, Md5};
 
-use super::body::fnv1a32;
 use super::kdf::{self, kdf12, kdf16};
+use super::legacy::fnv1a32;
 use crate::common::addr::{self, AddrError};
 use crate::common::{Address, Destination};
 
-/// AES-128-CFB, kept across calls (the legacy header and legacy body are one stream).
-pub type CfbEnc = cfb_mode::BufEncryptor<Aes128>;
-pub type CfbDec = cfb_mode::BufDecryptor<Aes128>;
-
-pub fn cfb_enc(key: &[u8; 16], iv: &[u8; 16]) -> CfbEnc {
-    CfbEnc::new(key.into(), iv.into())
-}
-
-pub fn cfb_dec(key: &[u8; 16], iv: &[u8; 16]) -> CfbDec {
-    CfbDec::new(key.into(), iv.into())
-}
+pub use super::legacy::{cfb_dec, cfb_enc, CfbDec, CfbEnc};
 
 /// Why a header was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -103,7 +103,7 @@ impl Inbound {
 
     fn drain_total(&self) -> usize {
         let mut r = [0u8; 1];
-        let _ = aws_lc_rs::rand::fill(&mut r);
+        crate::common::rand::fill(&mut r);
         54 + self.drain_base + r[0] as usize % self.drain_max_r
     }
 }

@@ -1,11 +1,16 @@
-//! VMess (Xray/v2ray): config and builders. Headers in `header.rs`, chunk codec in `body.rs`,
-//! the body stream in `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
+//! VMess (Xray/v2ray): config and builders. Headers in `header.rs`, chunk codec in `body/`, the
+//! legacy CFB stream and FNV-1a checksum both of them use in `legacy.rs`, the body stream in
+//! `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
 
 pub mod body;
+/// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
+/// targets in `fuzz/`), never in the shipped library.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod header;
 pub mod inbound;
 pub mod kdf;
+pub mod legacy;
 pub mod link;
 pub mod outbound;
 pub mod replay;

@@ -41,9 +41,11 @@ pub struct Outbound {
     dialer: Arc<dyn Dialer>,
 }
 
-fn parse_user(u: Obj<'_>) -> Result<ClientUser> {
-    let uuid = parse_uuid(&u)?;
-    let alter = parse_alter_id(&u, 0)?;
+/// Reads one user's fields (`id`, `alterId`, `level`, `email`, `security`, `experiments`) from `u`:
+/// a `users[i]` object, or the flat settings object itself. The caller calls `finish`.
+fn parse_user(u: &Obj<'_>) -> Result<ClientUser> {
+    let uuid = parse_uuid(u)?;
+    let alter = parse_alter_id(u, 0)?;
     let level = u.u64("level")?.unwrap_or(0) as u32;
     let email = u.str("email")?.unwrap_or_default();
     let sec_name = u.str("security")?.unwrap_or_default();
@@ -69,7 +71,6 @@ fn parse_user(u: Obj<'_>) -> Result<ClientUser> {
             ));
         }
     }
-    u.finish();
     Ok(ClientUser {
         alter_ids: header::alter_ids(&uuid, alter as usize),
         account: Account::new(uuid, alter, &email, level),
@@ -78,16 +79,32 @@ fn parse_user(u: Obj<'_>) -> Result<ClientUser> {
     })
 }
 
-pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
+/// Reads the servers of a VMess outbound's `settings`: the `vnext` list
+/// (`[{address, port, users: [{id, ...}]}]`), or Xray's flat form with one server and one user
+/// (`{address, port, id, security, level, email, experiments, alterId}`).
+pub fn parse_servers(o: &Obj<'_>) -> Result<Vec<Server>> {
+    let vnext = o.objs(&["vnext"])?;
+    if vnext.is_empty() && o.has("address") {
+        let addr = o.req_str("address")?;
+        let port = o
+            .port("port")?
+            .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
+        let user = parse_user(o)?;
+        return Ok(vec![Server {
+            dest: Destination::new(Address::parse(&addr), port),
+            users: vec![user],
+        }]);
+    }
     let mut servers = Vec::new();
-    for s in o.objs(&["vnext"])? {
+    for s in vnext {
         let addr = s.req_str("address")?;
         let port = s
             .port("port")?
             .ok_or_else(|| ConfigError::new(s.key_path("port"), "is required"))?;
         let mut users = Vec::new();
         for u in s.objs(&["users"])? {
-            users.push(parse_user(u)?);
+            users.push(parse_user(&u)?);
+            u.finish();
         }
         if users.is_empty() {
             return Err(ConfigError::new(
@@ -104,9 +121,15 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
     if servers.is_empty() {
         return Err(ConfigError::new(
             o.key_path("vnext"),
-            "needs at least one server",
+            "needs at least one server (or give address, port and id directly)",
         ));
     }
+    Ok(servers)
+}
+
+/// Builds a VMess outbound from its `settings` (see [`parse_servers`] for the two shapes).
+pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
+    let servers = parse_servers(o)?;
     Ok(Arc::new(Outbound {
         servers,
         next: AtomicUsize::new(0),
@@ -116,7 +139,7 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
 
 fn random<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
-    let _ = aws_lc_rs::rand::fill(&mut b);
+    crate::common::rand::fill(&mut b);
     b
 }
 
@@ -249,5 +272,97 @@ impl OutboundHandler for Outbound {
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         let s = self.open(Command::Udp, dest).await?;
         Ok(Box::new(super::udp::Client::new(s, dest.clone())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::uuid::parse_id;
+    use crate::config::Diagnostics;
+    use serde_json::json;
+
+    const ID: &str = "b831381d-6324-4d53-ad4f-8cda48b30811";
+    const ID2: &str = "27848739-7e62-4138-9fd3-098a63964b6b";
+
+    #[test]
+    fn flat_settings_are_one_server_with_one_user() {
+        let d = Diagnostics::default();
+        let v = json!({"address": "vm.example", "port": 443, "id": ID, "security": "aes-128-gcm",
+            "level": 2, "email": "a@x", "experiments": "AuthenticatedLength", "alterId": 0});
+        let o = Obj::new(&v, "outbounds[0].settings", &d).unwrap();
+        let servers = parse_servers(&o).unwrap();
+        o.finish();
+        assert!(d.take().is_empty(), "every flat field is read");
+        assert_eq!(servers.len(), 1);
+        assert_eq!(
+            servers[0].dest,
+            Destination::parse("vm.example:443").unwrap()
+        );
+        assert_eq!(servers[0].users.len(), 1);
+        let u = &servers[0].users[0];
+        assert_eq!(u.account.uuid, parse_id(ID).unwrap());
+        assert_eq!((u.account.level, &*u.account.email), (2, "a@x"));
+        assert_eq!(u.account.alter_id, 0);
+        assert_eq!(u.security, SecurityChoice::Body(Security::Aes128Gcm));
+        assert!(u.auth_length);
+    }
+
+    #[test]
+    fn vnext_list_keeps_every_server_and_user() {
+        let d = Diagnostics::default();
+        let v = json!({"vnext": [
+            {"address": "1.2.3.4", "port": 10086, "users": [
+                {"id": ID, "security": "none", "level": 1, "email": "one"},
+                {"id": ID2, "alterId": 4}]},
+            {"address": "b.example", "port": "8443", "users": [{"id": ID2, "security": "zero"}]}]});
+        let o = Obj::new(&v, "s", &d).unwrap();
+        let servers = parse_servers(&o).unwrap();
+        assert_eq!(servers.len(), 2);
+        assert_eq!(
+            servers[0].dest,
+            Destination::parse("1.2.3.4:10086").unwrap()
+        );
+        assert_eq!(
+            servers[1].dest,
+            Destination::parse("b.example:8443").unwrap()
+        );
+        let u = &servers[0].users;
+        assert_eq!(u.len(), 2);
+        assert_eq!(u[0].account.uuid, parse_id(ID).unwrap());
+        assert_eq!((u[0].account.level, &*u[0].account.email), (1, "one"));
+        assert_eq!(u[0].security, SecurityChoice::Body(Security::None));
+        assert!(!u[0].auth_length);
+        assert_eq!(u[1].account.uuid, parse_id(ID2).unwrap());
+        assert_eq!((u[1].account.alter_id, u[1].alter_ids.len()), (4, 4));
+        assert_eq!(servers[1].users[0].security, SecurityChoice::Zero);
+    }
+
+    #[test]
+    fn missing_or_broken_servers_name_their_path() {
+        let d = Diagnostics::default();
+        let err = |v: serde_json::Value| {
+            parse_servers(&Obj::new(&v, "s", &d).unwrap())
+                .err()
+                .map(|e| e.path)
+        };
+        assert_eq!(err(json!({})), Some("s.vnext".into()));
+        assert_eq!(
+            err(json!({"address": "a", "id": ID})),
+            Some("s.port".into())
+        );
+        assert_eq!(err(json!({"address": "a", "port": 1})), Some("s.id".into()));
+        assert_eq!(
+            err(json!({"address": "a", "port": 1, "id": ID, "security": "rot13"})),
+            Some("s.security".into())
+        );
+        assert_eq!(
+            err(json!({"vnext": [{"address": "a", "port": 1, "users": []}]})),
+            Some("s.vnext[0].users".into())
+        );
+        assert_eq!(
+            err(json!({"vnext": [{"address": "a", "port": 1, "users": [{"id": ""}]}]})),
+            Some("s.vnext[0].users[0].id".into())
+        );
     }
 }

@@ -3,19 +3,25 @@
 //! Every matcher is compiled once when the config is read: `full:` names go into a hash set,
 //! `domain:` suffixes into another (a lookup per label), substrings into one literal regex,
 //! `regexp:` patterns into one `RegexSet`, and CIDRs into sorted, merged ranges searched by
-//! bisection. Routing only awaits when `domainStrategy` asks to resolve a domain destination.
+//! bisection (the matchers live in `domain.rs`, `cidr.rs` and `port.rs`). Routing only awaits
+//! when `domainStrategy` asks to resolve a domain destination.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use regex::{Regex, RegexSet};
-use serde_json::Value;
-
 use crate::common::{Address, Network};
 use crate::config::reader::{self, ConfigError, Obj, Result};
 use crate::proxy::Session;
+
+mod cidr;
+mod domain;
+mod port;
+mod ranges;
+
+pub use cidr::IpSet;
+pub use domain::DomainSet;
+pub use port::PortSet;
 
 /// `routing.domainStrategy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,270 +37,6 @@ pub enum DomainStrategy {
 
 /// How long routing waits for the system resolver.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
-
-// ---------------------------------------------------------------- domains
-
-/// A compiled set of domain patterns (Xray's plain / `full:` / `domain:` / `keyword:` /
-/// `regexp:` / `dotless:`). Matching is on the lower-cased domain, as in Xray.
-#[derive(Debug, Clone, Default)]
-pub struct DomainSet {
-    full: HashSet<String>,
-    suffix: HashSet<String>,
-    substr: Option<Regex>,
-    regex: Option<RegexSet>,
-}
-
-impl DomainSet {
-    /// Compiles the patterns of one rule; `path` names the list for errors.
-    pub fn parse(items: &[String], path: &str) -> Result<DomainSet> {
-        let mut d = DomainSet::default();
-        let mut substr = Vec::new();
-        let mut regexps = Vec::new();
-        for (i, raw) in items.iter().enumerate() {
-            let p = format!("{path}[{i}]");
-            let s = raw.trim();
-            let (kind, val) = match s.split_once(':') {
-                Some((k, v))
-                    if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') =>
-                {
-                    (k.to_ascii_lowercase(), v)
-                }
-                _ => (String::new(), s),
-            };
-            match kind.as_str() {
-                "" | "keyword" => {
-                    if val.is_empty() {
-                        return Err(ConfigError::new(p, "empty domain pattern"));
-                    }
-                    substr.push(regex::escape(&val.to_ascii_lowercase()));
-                }
-                "full" => {
-                    d.full.insert(val.to_ascii_lowercase());
-                }
-                "domain" => {
-                    let v = val.trim_start_matches('.').to_ascii_lowercase();
-                    if v.is_empty() {
-                        return Err(ConfigError::new(p, "empty domain pattern"));
-                    }
-                    d.suffix.insert(v);
-                }
-                "regexp" => {
-                    Regex::new(val).map_err(|e| {
-                        ConfigError::new(p.clone(), format!("invalid regexp {val:?}: {e}"))
-                    })?;
-                    regexps.push(val.to_string());
-                }
-                "dotless" => {
-                    if val.contains('.') {
-                        return Err(ConfigError::new(
-                            p,
-                            "a dotless: pattern must not contain a dot",
-                        ));
-                    }
-                    regexps.push(format!(
-                        "^[^.]*{}[^.]*$",
-                        regex::escape(&val.to_ascii_lowercase())
-                    ));
-                }
-                "geosite" | "ext" | "ext-domain" => {
-                    return Err(ConfigError::new(
-                        p,
-                        format!("{s:?}: geosite/geoip data files are not supported yet"),
-                    ))
-                }
-                _ => {
-                    // Not a known prefix (e.g. "localhost:8080"-like text): a plain substring.
-                    substr.push(regex::escape(&s.to_ascii_lowercase()));
-                }
-            }
-        }
-        if !substr.is_empty() {
-            d.substr = Some(
-                Regex::new(&substr.join("|"))
-                    .map_err(|e| ConfigError::new(path, format!("domain keywords: {e}")))?,
-            );
-        }
-        if !regexps.is_empty() {
-            d.regex = Some(
-                RegexSet::new(&regexps)
-                    .map_err(|e| ConfigError::new(path, format!("domain regexps: {e}")))?,
-            );
-        }
-        Ok(d)
-    }
-
-    /// Whether `domain` (any case) meets one of the patterns.
-    pub fn matches(&self, domain: &str) -> bool {
-        let domain: Cow<'_, str> = if domain.bytes().any(|b| b.is_ascii_uppercase()) {
-            Cow::Owned(domain.to_ascii_lowercase())
-        } else {
-            Cow::Borrowed(domain)
-        };
-        let d = domain.as_ref();
-        if !self.full.is_empty() && self.full.contains(d) {
-            return true;
-        }
-        if !self.suffix.is_empty() {
-            let mut rest = d;
-            loop {
-                if self.suffix.contains(rest) {
-                    return true;
-                }
-                match rest.find('.') {
-                    Some(i) => rest = &rest[i + 1..],
-                    None => break,
-                }
-            }
-        }
-        if let Some(r) = &self.substr {
-            if r.is_match(d) {
-                return true;
-            }
-        }
-        if let Some(r) = &self.regex {
-            if r.is_match(d) {
-                return true;
-            }
-        }
-        false
-    }
-}
-
-// ---------------------------------------------------------------- IPs
-
-/// IPs and CIDRs as sorted, merged ranges.
-#[derive(Debug, Clone, Default)]
-pub struct IpSet {
-    v4: Vec<(u32, u32)>,
-    v6: Vec<(u128, u128)>,
-}
-
-fn merge<T: Ord + Copy>(mut v: Vec<(T, T)>, next: impl Fn(T) -> Option<T>) -> Vec<(T, T)> {
-    v.sort_unstable();
-    let mut out: Vec<(T, T)> = Vec::with_capacity(v.len());
-    for (a, b) in v {
-        if let Some(last) = out.last_mut() {
-            if next(last.1).is_none_or(|n| a <= n) {
-                if b > last.1 {
-                    last.1 = b;
-                }
-                continue;
-            }
-        }
-        out.push((a, b));
-    }
-    out
-}
-
-fn in_ranges<T: Ord + Copy>(v: &[(T, T)], x: T) -> bool {
-    // The last range starting at or before x.
-    let i = v.partition_point(|(a, _)| *a <= x);
-    i > 0 && v.get(i - 1).is_some_and(|(_, b)| x <= *b)
-}
-
-/// Maps `::ffff:a.b.c.d` to `a.b.c.d` so IPv4 rules see it.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
-
-impl IpSet {
-    /// Reads `IP` and `IP/len` entries; `geoip:`/`ext:` are an error naming the entry.
-    pub fn parse(items: &[String], path: &str) -> Result<IpSet> {
-        let (mut v4, mut v6) = (Vec::new(), Vec::new());
-        for (i, raw) in items.iter().enumerate() {
-            let p = format!("{path}[{i}]");
-            let s = raw.trim();
-            let lower = s.to_ascii_lowercase();
-            if lower.starts_with("geoip:")
-                || lower.starts_with("ext:")
-                || lower.starts_with("ext-ip:")
-            {
-                return Err(ConfigError::new(
-                    p,
-                    format!("{s:?}: geosite/geoip data files are not supported yet"),
-                ));
-            }
-            let bad = || ConfigError::new(p.clone(), format!("{s:?} is not an IP or CIDR"));
-            let (ip, len) = match s.split_once('/') {
-                Some((ip, len)) => (
-                    ip.parse::<IpAddr>().map_err(|_| bad())?,
-                    Some(len.parse::<u8>().map_err(|_| bad())?),
-                ),
-                None => (s.parse::<IpAddr>().map_err(|_| bad())?, None),
-            };
-            match canonical(ip) {
-                IpAddr::V4(a) => {
-                    let len = match (ip, len) {
-                        // A v4-mapped CIDR counts its prefix in IPv6 bits.
-                        (IpAddr::V6(_), Some(l)) => l.checked_sub(96).ok_or_else(bad)?,
-                        (_, l) => l.unwrap_or(32),
-                    };
-                    if len > 32 {
-                        return Err(bad());
-                    }
-                    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-                    let start = u32::from(a) & mask;
-                    v4.push((start, start | !mask));
-                }
-                IpAddr::V6(a) => {
-                    let len = len.unwrap_or(128);
-                    if len > 128 {
-                        return Err(bad());
-                    }
-                    let mask = if len == 0 {
-                        0
-                    } else {
-                        u128::MAX << (128 - len)
-                    };
-                    let start = u128::from(a) & mask;
-                    v6.push((start, start | !mask));
-                }
-            }
-        }
-        Ok(IpSet {
-            v4: merge(v4, |x: u32| x.checked_add(1)),
-            v6: merge(v6, |x: u128| x.checked_add(1)),
-        })
-    }
-
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match canonical(ip) {
-            IpAddr::V4(a) => in_ranges(&self.v4, u32::from(a)),
-            IpAddr::V6(a) => in_ranges(&self.v6, u128::from(a)),
-        }
-    }
-}
-
-// ---------------------------------------------------------------- ports
-
-/// Port ranges (`53`, `"1000-2000"`, `"53,443,1000-2000"`, or a list of those).
-#[derive(Debug, Clone, Default)]
-pub struct PortSet(Vec<(u16, u16)>);
-
-impl PortSet {
-    pub fn parse(v: &Value, path: &str) -> Result<PortSet> {
-        let mut out = Vec::new();
-        match v {
-            Value::Array(items) => {
-                for (i, it) in items.iter().enumerate() {
-                    out.extend(crate::config::parse_ports(it, &format!("{path}[{i}]"))?);
-                }
-            }
-            other => out.extend(crate::config::parse_ports(other, path)?),
-        }
-        Ok(PortSet(merge(out, |x: u16| x.checked_add(1))))
-    }
-
-    pub fn contains(&self, p: u16) -> bool {
-        in_ranges(&self.0, p)
-    }
-}
 
 // ---------------------------------------------------------------- rules
 
@@ -581,7 +323,7 @@ mod tests {
     use super::*;
     use crate::common::Destination;
     use crate::config::Diagnostics;
-    use serde_json::json;
+    use serde_json::{json, Value};
     use std::net::SocketAddr;
 
     fn sess(dest: &str) -> Session {
@@ -610,55 +352,6 @@ mod tests {
         rt.block_on(r.route(s)).map(|r| r.outbound.clone())
     }
 
-    fn doms(items: &[&str]) -> DomainSet {
-        let v: Vec<String> = items.iter().map(|s| s.to_string()).collect();
-        DomainSet::parse(&v, "d").unwrap()
-    }
-
-    #[test]
-    fn domain_plain_and_keyword_are_substrings() {
-        let d = doms(&["goog", "keyword:fac.b"]);
-        assert!(d.matches("www.google.com"));
-        assert!(d.matches("GOOGLE.com"));
-        assert!(d.matches("fac.book"));
-        assert!(!d.matches("facebook.com"), "the dot is literal");
-        assert!(!d.matches("example.com"));
-    }
-
-    #[test]
-    fn domain_full() {
-        let d = doms(&["full:Example.com"]);
-        assert!(d.matches("example.com"));
-        assert!(d.matches("EXAMPLE.COM"));
-        assert!(!d.matches("www.example.com"));
-        assert!(!d.matches("example.co"));
-    }
-
-    #[test]
-    fn domain_suffix() {
-        let d = doms(&["domain:example.com"]);
-        assert!(d.matches("example.com"));
-        assert!(d.matches("a.b.example.com"));
-        assert!(!d.matches("badexample.com"));
-        assert!(!d.matches("example.com.evil"));
-        assert!(!d.matches("com"));
-    }
-
-    #[test]
-    fn domain_regexp_and_dotless() {
-        let d = doms(&["regexp:^api[0-9]+\\.example\\.(com|net)$"]);
-        assert!(d.matches("api12.example.net"));
-        assert!(!d.matches("api.example.net"));
-        let d = doms(&["dotless:"]);
-        assert!(d.matches("localhost"));
-        assert!(!d.matches("a.b"));
-        let v = vec!["regexp:(".to_string()];
-        assert_eq!(
-            DomainSet::parse(&v, "r.domain").unwrap_err().path,
-            "r.domain[0]"
-        );
-    }
-
     #[test]
     fn geo_files_are_an_error_naming_the_path() {
         let e = router(
@@ -682,53 +375,6 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "routing.rules[0].protocol: sniffing is not supported yet"
-        );
-    }
-
-    #[test]
-    fn ip_cidrs_v4_v6() {
-        let v: Vec<String> = ["10.0.0.0/8", "192.168.1.7", "fc00::/7", "::1", "11.0.0.0/8"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let s = IpSet::parse(&v, "ip").unwrap();
-        assert_eq!(s.v4.len(), 2, "adjacent ranges merge: {:?}", s.v4);
-        for ok in [
-            "10.255.0.1",
-            "11.0.0.0",
-            "192.168.1.7",
-            "fd12::5",
-            "::1",
-            "::ffff:10.0.0.1",
-        ] {
-            assert!(s.contains(ok.parse().unwrap()), "{ok}");
-        }
-        for no in ["12.0.0.0", "9.255.255.255", "192.168.1.8", "fe80::1", "::2"] {
-            assert!(!s.contains(no.parse().unwrap()), "{no}");
-        }
-        let all = IpSet::parse(&["0.0.0.0/0".to_string()], "ip").unwrap();
-        assert!(all.contains("255.255.255.255".parse().unwrap()));
-        assert!(!all.contains("::1".parse().unwrap()));
-        assert!(IpSet::parse(&["1.2.3.4/33".to_string()], "ip").is_err());
-        assert!(IpSet::parse(&["nope".to_string()], "ip").is_err());
-    }
-
-    #[test]
-    fn ports_forms() {
-        let p = PortSet::parse(&json!("53,443,1000-2000"), "p").unwrap();
-        for ok in [53, 443, 1000, 1500, 2000] {
-            assert!(p.contains(ok), "{ok}");
-        }
-        for no in [52, 54, 999, 2001, 80] {
-            assert!(!p.contains(no), "{no}");
-        }
-        let p = PortSet::parse(&json!(8080), "p").unwrap();
-        assert!(p.contains(8080) && !p.contains(8081));
-        let p = PortSet::parse(&json!([80, "443", "8000-8010"]), "p").unwrap();
-        assert!(p.contains(80) && p.contains(443) && p.contains(8005) && !p.contains(81));
-        assert_eq!(
-            PortSet::parse(&json!(["1-x"]), "r.port").unwrap_err().path,
-            "r.port[0]"
         );
     }
 
