@@ -337,4 +337,144 @@ mod tests {
             .unwrap();
         assert_eq!(st.timed_out, Some("downlinkOnly"));
     }
+
+    /// A layer over a socket that transforms (XORs) the first `left` bytes it reads, reading
+    /// ahead in 1000-byte gulps, and then turns direct, handing over what it read ahead.
+    /// Writes go straight through (but never direct, so the other direction keeps copying).
+    struct TurnsRaw {
+        inner: TcpStream,
+        left: usize,
+        held: Vec<u8>,
+    }
+
+    impl tokio::io::AsyncRead for TurnsRaw {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let me = &mut *self;
+            if me.held.is_empty() {
+                let mut tmp = [0u8; 1000];
+                let mut rb = tokio::io::ReadBuf::new(&mut tmp);
+                std::task::ready!(std::pin::Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
+                me.held.extend_from_slice(rb.filled());
+                if me.held.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+            }
+            let n = me.held.len().min(me.left).min(buf.remaining());
+            let out: Vec<u8> = me.held.drain(..n).map(|b| b ^ 0x5a).collect();
+            buf.put_slice(&out);
+            me.left -= n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl tokio::io::AsyncWrite for TurnsRaw {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    impl Stream for TurnsRaw {
+        fn socket(&self) -> Option<crate::transport::RawSocket<'_>> {
+            Some(crate::transport::RawSocket::Tcp(&self.inner))
+        }
+        fn take_read_direct(&mut self) -> Option<Bytes> {
+            (self.left == 0).then(|| Bytes::from(std::mem::take(&mut self.held)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_direction_switches_to_splice_mid_connection_with_held_bytes_first() {
+        let (client, a) = tcp_pair().await;
+        let (b, server) = tcp_pair().await;
+        // The first 5000 bytes the client sends are "encoded"; the layer turns raw after them,
+        // holding up to 999 bytes it read ahead.
+        let n_coded = 5000;
+        let a = TurnsRaw {
+            inner: a,
+            left: n_coded,
+            held: Vec::new(),
+        };
+        let cs = counters();
+        let c2 = cs.clone();
+        let relay = tokio::spawn(async move {
+            run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2)
+                .await
+                .unwrap()
+        });
+        let up = pattern(3 << 20);
+        let mut wire = up.clone();
+        for x in &mut wire[..n_coded] {
+            *x ^= 0x5a;
+        }
+        let down: Vec<u8> = (0..2_000_000u32).map(|i| (i * 13) as u8).collect();
+        let (got_client, got_server) = exchange(client, server, wire, down.clone()).await;
+        let st = relay.await.unwrap();
+        assert!(got_server == up, "uplink bytes differ");
+        assert!(got_client == down, "downlink bytes differ");
+        assert!(st.up_spliced, "the uplink went direct");
+        assert!(!st.down_spliced, "the downlink kept copying");
+        assert_eq!(st.up, up.len() as u64);
+        assert_eq!(st.down, down.len() as u64);
+        assert_eq!(cs.up[0].load(Ordering::Relaxed), up.len() as u64);
+        assert_eq!(cs.down[0].load(Ordering::Relaxed), down.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn a_layer_that_never_turns_direct_keeps_both_directions_copying() {
+        let (client, a) = tcp_pair().await;
+        let (b, server) = tcp_pair().await;
+        let a = TurnsRaw {
+            inner: a,
+            left: usize::MAX,
+            held: Vec::new(),
+        };
+        let relay = tokio::spawn(async move {
+            run(
+                Box::new(a),
+                Box::new(b),
+                &RelayOpts::default(),
+                &Counters::default(),
+            )
+            .await
+            .unwrap()
+        });
+        let up = pattern(100_000);
+        let wire: Vec<u8> = up.iter().map(|b| b ^ 0x5a).collect();
+        let (_, got_server) = exchange(client, server, wire, b"x".to_vec()).await;
+        let st = relay.await.unwrap();
+        assert!(got_server == up);
+        assert!(!st.spliced());
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        let mut x = 0x9e3779b97f4a7c15u64;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
 }

@@ -30,7 +30,8 @@ use super::{parse_server, ss2022, Account, ServerConfig};
 use crate::common::addr::socks;
 use crate::common::{Destination, Network};
 use crate::config::reader::{Obj, Result};
-use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User};
+use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
+use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
 
 /// Read buffer of an AEAD-edition connection: four full chunks per read syscall. Buffers are
@@ -43,14 +44,23 @@ pub const STREAM_RBUF: usize = 64 * 1024;
 
 pub struct Inbound {
     cfg: ServerConfig,
+    /// The users now (`cfg.users` is where they started), swapped whole on add/remove.
+    users: Users<Account>,
+    counters: CounterSource,
     bloom: BloomPair,
     pool: SaltPool,
     /// 2022 UDP: per client address, the server's side of the session (idle ones expire).
     udp: Mutex<SessionTable<UdpPeer>>,
 }
 
-pub fn build(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
-    Ok(Arc::new(Inbound::new(parse_server(o)?)))
+pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
+    let mut cfg = parse_server(o)?;
+    for a in &mut cfg.users {
+        a.user = b.counters.user(&a.user.email, a.user.level);
+    }
+    let mut ib = Inbound::new(cfg);
+    ib.counters = b.counters.clone();
+    Ok(Arc::new(ib))
 }
 
 /// What a server learned from a request header.
@@ -65,6 +75,8 @@ struct Handshake {
 impl Inbound {
     pub fn new(cfg: ServerConfig) -> Inbound {
         Inbound {
+            users: Users::new(cfg.users.clone()),
+            counters: CounterSource::default(),
             cfg,
             bloom: BloomPair::default(),
             pool: SaltPool::default(),
@@ -81,16 +93,15 @@ impl Inbound {
     }
 
     async fn handshake_aead(&self, s: &mut BoxStream) -> std::result::Result<Handshake, Error> {
-        let max_salt = self
-            .cfg
-            .users
+        let users = self.users.load();
+        let max_salt = users
             .iter()
             .map(|u| u.method.salt_len())
             .max()
             .unwrap_or(32);
         let mut head = vec![0u8; max_salt + LEN_BLOCK];
         read_exact(s, &mut head).await?;
-        let (acct, cipher, len) = try_users(&self.cfg.users, &head).ok_or(Error::Auth)?;
+        let (acct, cipher, len) = try_users(&users, &head).ok_or(Error::Auth)?;
         let sl = acct.method.salt_len();
         if !self.bloom.check_and_insert(&head[..sl]) {
             return Err(Error::Replay);
@@ -116,7 +127,8 @@ impl Inbound {
     }
 
     async fn handshake_stream(&self, s: &mut BoxStream) -> std::result::Result<Handshake, Error> {
-        let acct = self.cfg.users.first().ok_or(Error::UnknownUser)?;
+        let users = self.users.load();
+        let acct = users.first().ok_or(Error::UnknownUser)?;
         let m = acct.method;
         let mut iv = vec![0u8; m.salt_len()];
         read_exact(s, &mut iv).await?;
@@ -161,16 +173,16 @@ impl Inbound {
         let mut head = vec![0u8; sl + eih + fixed_sealed];
         read_exact(s, &mut head).await?;
         let (salt, rest) = head.split_at_mut(sl);
+        let users = self.users.load();
         let acct = match &self.cfg.ipsk {
             Some(ipsk) => {
                 let h = ss2022::eih_tcp_open(ipsk, salt, &rest[..16]).ok_or(Error::Auth)?;
-                self.cfg
-                    .users
+                users
                     .iter()
                     .find(|u| u.hash == h)
                     .ok_or(Error::UnknownUser)?
             }
-            None => self.cfg.users.first().ok_or(Error::UnknownUser)?,
+            None => users.first().ok_or(Error::UnknownUser)?,
         };
         let alg = AeadAlg::of(m).ok_or(Error::Auth)?;
         let cipher =
@@ -411,8 +423,12 @@ impl InboundHandler for Inbound {
         &self.cfg.networks
     }
 
+    fn users(&self) -> Option<&dyn UserManager> {
+        Some(self)
+    }
+
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        UdpServer::new(&self.cfg, &self.udp)
+        UdpServer::new(&self.cfg, &self.users, &self.udp)
             .serve(socket, ctx)
             .await
     }
@@ -443,5 +459,39 @@ impl Inbound {
                 }
             }
         }
+    }
+}
+
+impl UserManager for Inbound {
+    /// Adds `{password, email, level}` (and `method` for a multi-user AEAD inbound): a 2022
+    /// inbound with an identity key takes users by their key, an AEAD inbound by key trial;
+    /// a single-user 2022 or stream-cipher inbound cannot tell users apart.
+    fn add_user(&self, v: &serde_json::Value) -> Result<User> {
+        let diag = crate::config::Diagnostics::default();
+        let c = Obj::new(v, "user", &diag)?;
+        let a = super::parse_added_user(&c, &self.cfg, &self.users.load())?;
+        c.finish();
+        let mut a = a;
+        a.user = self.counters.user(&a.user.email, a.user.level);
+        let user = a.user.clone();
+        let (key, email) = (a.key.clone(), a.user.email.clone());
+        let added = self.users.add(a, |x| {
+            x.key == key || (!email.is_empty() && x.user.email == email)
+        });
+        if !added {
+            return Err(crate::config::ConfigError::new(
+                "user",
+                "a user with this key or email exists already",
+            ));
+        }
+        Ok(user)
+    }
+
+    fn remove_user(&self, email: &str) -> bool {
+        !email.is_empty() && self.users.remove(|a| &*a.user.email == email)
+    }
+
+    fn list_users(&self) -> Vec<User> {
+        self.users.load().iter().map(|a| a.user.clone()).collect()
     }
 }

@@ -237,6 +237,49 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
     })
 }
 
+/// Reads a user added at run time (`{password, email, level}`, and `method` for AEAD) into an
+/// account that fits the server `cfg` with its current users `now`.
+pub fn parse_added_user(c: &Obj<'_>, cfg: &ServerConfig, now: &[Account]) -> Result<Account> {
+    let pw = c.req_str("password")?;
+    let user = user_of(c, "")?;
+    if cfg.method.kind() == Kind::Aead2022 {
+        if cfg.ipsk.is_none() {
+            return Err(ConfigError::new(
+                c.path(),
+                "this 2022 inbound has a single key; configure it with clients to add users",
+            ));
+        }
+        if let Some(m) = parse_method(c, "method")?.filter(|m| *m != cfg.method) {
+            return Err(ConfigError::new(
+                c.key_path("method"),
+                format!("users of this inbound use {:?}, not {m:?}", cfg.method),
+            ));
+        }
+        let key = key_for(c, cfg.method, &pw)?;
+        return Ok(Account {
+            method: cfg.method,
+            hash: cipher::psk_hash16(&key),
+            key,
+            user,
+        });
+    }
+    let m = parse_method(c, "method")?
+        .or_else(|| now.first().map(|a| a.method))
+        .unwrap_or(cfg.method);
+    if m.kind() != Kind::Aead || now.iter().any(|a| a.method.kind() != Kind::Aead) {
+        return Err(ConfigError::new(
+            c.path(),
+            "several users on one port need AEAD methods (stream ciphers cannot tell users apart)",
+        ));
+    }
+    Ok(Account {
+        method: m,
+        hash: [0; 16],
+        key: key_for(c, m, &pw)?,
+        user,
+    })
+}
+
 /// A client's settings: one server, one user.
 #[derive(Clone)]
 pub struct ClientConfig {

@@ -18,18 +18,24 @@ use super::{Account, ServerConfig};
 use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::{Destination, Network};
 use crate::proxy::InboundCtx;
+use crate::registry::Users;
 
 /// One Shadowsocks inbound's UDP side: its config and its 2022 sessions by client address.
 pub struct UdpServer<'a> {
     cfg: &'a ServerConfig,
+    users: &'a Users<Account>,
     /// 2022 UDP: per client address, the server's side of the session (idle ones expire).
     udp: &'a Mutex<SessionTable<UdpPeer>>,
 }
 
 impl<'a> UdpServer<'a> {
     /// The UDP side of an inbound with config `cfg` and 2022 session table `udp`.
-    pub fn new(cfg: &'a ServerConfig, udp: &'a Mutex<SessionTable<UdpPeer>>) -> Self {
-        UdpServer { cfg, udp }
+    pub fn new(
+        cfg: &'a ServerConfig,
+        users: &'a Users<Account>,
+        udp: &'a Mutex<SessionTable<UdpPeer>>,
+    ) -> Self {
+        UdpServer { cfg, users, udp }
     }
 
     /// Serves client packets from `socket` until it fails.
@@ -61,7 +67,8 @@ impl<'a> UdpServer<'a> {
         loop {
             let (n, from) = socket.recv_from(&mut buf).await?;
             let pkt = &mut buf[..n];
-            match self.decode_udp(pkt, from, &mut scratch) {
+            let users = self.users.load();
+            match self.decode_udp(pkt, from, &mut scratch, &users) {
                 Ok((dest, payload, acct, peer)) => {
                     reply.set(from, peer);
                     let mut s = ctx.session(dest, Network::Udp, "shadowsocks");
@@ -80,18 +87,19 @@ impl<'a> UdpServer<'a> {
 
     /// Authenticates and decodes one client packet: target, payload, user, and how to reply.
     /// `scratch` is reused across packets (multi-user key trial decrypts into it).
-    fn decode_udp(
+    fn decode_udp<'u>(
         &self,
         pkt: &mut [u8],
         from: SocketAddr,
         scratch: &mut Vec<u8>,
-    ) -> std::result::Result<(Destination, Bytes, &Account, UdpPeer), Error> {
+        all: &'u [Account],
+    ) -> std::result::Result<(Destination, Bytes, &'u Account, UdpPeer), Error> {
         let peer = |u: &Account| UdpPeer::Simple {
             method: u.method,
             key: u.key.clone(),
         };
         if self.cfg.method.kind() != Kind::Aead2022 {
-            if let [u] = self.cfg.users.as_slice() {
+            if let [u] = all {
                 let p = udp::decode_simple_ota(u.method, &u.key, pkt)?;
                 match (p.ota, self.cfg.ota) {
                     (true, Some(false)) => return Err(Error::Header("one-time auth refused")),
@@ -105,7 +113,7 @@ impl<'a> UdpServer<'a> {
             if scratch.len() < pkt.len() {
                 scratch.resize(pkt.len(), 0);
             }
-            for u in &self.cfg.users {
+            for u in all {
                 if let Ok((d, r)) = udp::decode_aead_to(u.method, &u.key, pkt, scratch) {
                     return Ok((d, Bytes::copy_from_slice(&scratch[r]), u, peer(u)));
                 }
@@ -113,15 +121,10 @@ impl<'a> UdpServer<'a> {
             return Err(Error::Auth);
         }
         let users: Vec<(&[u8], [u8; 16])> = match &self.cfg.ipsk {
-            Some(_) => self
-                .cfg
-                .users
-                .iter()
-                .map(|u| (u.key.as_slice(), u.hash))
-                .collect(),
+            Some(_) => all.iter().map(|u| (u.key.as_slice(), u.hash)).collect(),
             None => Vec::new(),
         };
-        let first = self.cfg.users.first().ok_or(Error::UnknownUser)?;
+        let first = all.first().ok_or(Error::UnknownUser)?;
         let r = udp::Receiver2022 {
             method: self.cfg.method,
             header_key: self.cfg.ipsk.as_deref().unwrap_or(&first.key),
@@ -130,7 +133,7 @@ impl<'a> UdpServer<'a> {
             from_server: false,
         };
         let p = udp::decode_2022(&r, pkt)?;
-        let acct = p.user.and_then(|i| self.cfg.users.get(i)).unwrap_or(first);
+        let acct = p.user.and_then(|i| all.get(i)).unwrap_or(first);
         let mut map = self.udp.lock().unwrap_or_else(|e| e.into_inner());
         let st = map.entry(from, Instant::now(), || {
             UdpPeer2022 {

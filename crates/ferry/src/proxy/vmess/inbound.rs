@@ -16,17 +16,19 @@ use super::replay::ReplayFilter;
 use super::stream::{ReadHead, VmessStream};
 use super::{parse_alter_id, parse_uuid, Account};
 use crate::common::Network;
-use crate::config::reader::{ConfigError, Obj, Result};
-use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User};
+use crate::config::reader::{ConfigError, Diagnostics, Obj, Result};
+use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
+use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
 
 /// Bound on remembered AuthIDs / sessions per generation.
 const REPLAY_CAP: usize = 1 << 20;
 
 pub struct Inbound {
-    accounts: Vec<Account>,
-    /// Accept legacy (alterId > 0) headers: some client has alterId > 0.
-    legacy: bool,
+    /// The users, swapped whole when one is added or removed (a handshake keeps a snapshot).
+    accounts: Users<Account>,
+    /// Gives added users their counters.
+    counters: CounterSource,
     legacy_table: Mutex<LegacyTable>,
     disable_insecure: bool,
     auth_ids: ReplayFilter<[u8; 16]>,
@@ -34,6 +36,32 @@ pub struct Inbound {
     /// Bytes to drain before closing a bad connection: `54 + base + rand(max_r)`.
     drain_base: usize,
     drain_max_r: usize,
+}
+
+/// Reads one entry of `clients` (the API's AddUser gives the same shape).
+fn parse_client(c: Obj<'_>, def_level: u32, def_alter: u16, diag: &Diagnostics) -> Result<Account> {
+    let uuid = parse_uuid(&c)?;
+    let level = c.u64("level")?.map(|l| l as u32).unwrap_or(def_level);
+    let alter = parse_alter_id(&c, def_alter)?;
+    let email = c.str("email")?.unwrap_or_default();
+    c.ignore(&["security", "flow", "experiments"]);
+    let path = c.path().to_string();
+    c.finish();
+    if alter > 0 {
+        diag.warn(
+            &path,
+            format!(
+                "client {:?} has alterId {alter}: the legacy VMess header (MD5 auth, no replay \
+                 protection worth the name) is accepted for it; set alterId 0 to refuse it",
+                if email.is_empty() {
+                    "(no email)"
+                } else {
+                    &email
+                }
+            ),
+        );
+    }
+    Ok(Account::new(uuid, alter, &email, level))
 }
 
 pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
@@ -48,23 +76,9 @@ pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler
     };
     let mut accounts = Vec::new();
     for c in o.objs(&["clients"])? {
-        let uuid = parse_uuid(&c)?;
-        let level = c.u64("level")?.map(|l| l as u32).unwrap_or(def_level);
-        let alter = parse_alter_id(&c, def_alter)?;
-        let email = c.str("email")?.unwrap_or_default();
-        c.ignore(&["security", "flow", "experiments"]);
-        c.finish();
-        if alter > 0 {
-            b.diag.warn(
-                &o.key_path("clients"),
-                format!(
-                    "client {:?} has alterId {alter}: the legacy VMess header (MD5 auth, no replay \
-                     protection worth the name) is accepted for it; set alterId 0 to refuse it",
-                    if email.is_empty() { "(no email)" } else { &email }
-                ),
-            );
-        }
-        accounts.push(Account::new(uuid, alter, &email, level));
+        let mut a = parse_client(c, def_level, def_alter, b.diag)?;
+        a.traffic = b.counters.user(&a.email, a.level).traffic;
+        accounts.push(a);
     }
     if o.has("detour") {
         return Err(ConfigError::new(
@@ -73,12 +87,13 @@ pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler
         ));
     }
     let disable_insecure = o.bool("disableInsecureEncryption")?.unwrap_or(false);
-    Ok(Arc::new(Inbound::new(accounts, disable_insecure)))
+    let mut ib = Inbound::new(accounts, disable_insecure);
+    ib.counters = b.counters.clone();
+    Ok(Arc::new(ib))
 }
 
 impl Inbound {
     pub fn new(accounts: Vec<Account>, disable_insecure: bool) -> Inbound {
-        let legacy = accounts.iter().any(|a| a.alter_id > 0);
         // Per-inbound drain amounts derived from the user ids (stable across restarts).
         let mut seed = Vec::new();
         for a in &accounts {
@@ -90,8 +105,8 @@ impl Inbound {
         let drain_base = u16::from_be_bytes([d[0], d[1]]) as usize % 3266;
         let drain_max_r = 1 + d[2] as usize % 64;
         Inbound {
-            accounts,
-            legacy,
+            accounts: Users::new(accounts),
+            counters: CounterSource::default(),
             legacy_table: Mutex::new(LegacyTable::default()),
             disable_insecure,
             auth_ids: ReplayFilter::new(Duration::from_secs(120), REPLAY_CAP),
@@ -115,18 +130,22 @@ pub fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
-/// Legacy user hashes of every id for every second of the window, rebuilt every 10 s.
+/// Legacy user hashes of every id for every second of the window, rebuilt every 10 s and
+/// whenever the users change (indices point into the snapshot it was built from).
 #[derive(Default)]
 struct LegacyTable {
     built: i64,
+    from: Option<Arc<Vec<Account>>>,
     map: HashMap<[u8; 16], (usize, i64)>,
 }
 
 impl LegacyTable {
-    fn refresh(&mut self, accounts: &[Account], now: i64) {
-        if !self.map.is_empty() && (now - self.built).abs() < 10 {
+    fn refresh(&mut self, accounts: &Arc<Vec<Account>>, now: i64) {
+        let same = self.from.as_ref().is_some_and(|f| Arc::ptr_eq(f, accounts));
+        if same && !self.map.is_empty() && (now - self.built).abs() < 10 {
             return;
         }
+        self.from = Some(accounts.clone());
         self.map.clear();
         self.built = now;
         for (i, a) in accounts.iter().enumerate() {
@@ -192,14 +211,14 @@ impl Inbound {
         &self,
         s: &mut BoxStream,
         buf: &mut Vec<u8>,
+        accounts: &Arc<Vec<Account>>,
     ) -> std::result::Result<Handshake, Failure> {
         fill(s, buf, 16).await?;
         let mut eauid = [0u8; 16];
         eauid.copy_from_slice(&buf[..16]);
         let now = now_secs();
         // AEAD: the first account whose AuthID key yields a valid CRC (as Xray: no second try).
-        if let Some((i, ts)) = self
-            .accounts
+        if let Some((i, ts)) = accounts
             .iter()
             .enumerate()
             .find_map(|(i, a)| a.auth.open(&eauid).map(|t| (i, t)))
@@ -208,7 +227,7 @@ impl Inbound {
             if !self.auth_ids.check(eauid) {
                 return Err(HeaderError::Replay.into());
             }
-            let a = &self.accounts[i];
+            let a = &accounts[i];
             fill(s, buf, header::AEAD_PREFIX).await?;
             let mut sealed_len = [0u8; 18];
             sealed_len.copy_from_slice(&buf[16..34]);
@@ -230,18 +249,18 @@ impl Inbound {
                 rest: buf[end..].to_vec(),
             });
         }
-        if !self.legacy {
+        if !accounts.iter().any(|a| a.alter_id > 0) {
             return Err(HeaderError::NoUser.into());
         }
         let found = {
             let mut t = self.legacy_table.lock().unwrap_or_else(|e| e.into_inner());
-            t.refresh(&self.accounts, now);
+            t.refresh(accounts, now);
             t.map.get(&eauid).copied()
         };
         let Some((i, ts)) = found else {
             return Err(HeaderError::NoUser.into());
         };
-        let a = &self.accounts[i];
+        let a = &accounts[i];
         loop {
             match header::open_legacy_instruction(&a.cmd_key, ts, &buf[16..])? {
                 Some((req, n)) => {
@@ -291,36 +310,39 @@ impl Inbound {
     ) -> io::Result<Option<(crate::proxy::Session, VmessStream)>> {
         let limit = ctx.dispatcher.handshake_timeout();
         let mut buf = Vec::with_capacity(512);
-        let acc = match tokio::time::timeout(limit, self.read_request(&mut stream, &mut buf)).await
-        {
-            Ok(Ok(a)) => a,
-            Ok(Err(Failure::Io(e))) => {
-                tracing::info!(
-                    "[{}] vmess from {}: reading header: {e}",
-                    ctx.tag,
-                    ctx.info.source
-                );
-                return Ok(None);
-            }
-            Ok(Err(Failure::Bad(e))) => {
-                tracing::warn!(
-                    "[{}] vmess from {}: invalid request: {e}; draining",
-                    ctx.tag,
-                    ctx.info.source
-                );
-                self.drain(&mut stream, buf.len(), limit).await;
-                return Ok(None);
-            }
-            Err(_) => {
-                tracing::info!(
-                    "[{}] vmess from {}: handshake timed out",
-                    ctx.tag,
-                    ctx.info.source
-                );
-                return Ok(None);
-            }
-        };
-        let a = &self.accounts[acc.account];
+        let accounts = self.accounts.load();
+        let acc =
+            match tokio::time::timeout(limit, self.read_request(&mut stream, &mut buf, &accounts))
+                .await
+            {
+                Ok(Ok(a)) => a,
+                Ok(Err(Failure::Io(e))) => {
+                    tracing::info!(
+                        "[{}] vmess from {}: reading header: {e}",
+                        ctx.tag,
+                        ctx.info.source
+                    );
+                    return Ok(None);
+                }
+                Ok(Err(Failure::Bad(e))) => {
+                    tracing::warn!(
+                        "[{}] vmess from {}: invalid request: {e}; draining",
+                        ctx.tag,
+                        ctx.info.source
+                    );
+                    self.drain(&mut stream, buf.len(), limit).await;
+                    return Ok(None);
+                }
+                Err(_) => {
+                    tracing::info!(
+                        "[{}] vmess from {}: handshake timed out",
+                        ctx.tag,
+                        ctx.info.source
+                    );
+                    return Ok(None);
+                }
+            };
+        let a = &accounts[acc.account];
         let req = acc.req;
         let reject = |why: String| {
             tracing::warn!(
@@ -386,7 +408,7 @@ impl Inbound {
             packet,
         );
         let mut session = ctx.session(req.dest, network, "vmess");
-        session.user = Some(User::new(a.email.clone(), a.level));
+        session.user = Some(a.user());
         tracing::debug!(
             "[{}] vmess {} {} {} security {:?} opt {:#x}{}",
             ctx.tag,
@@ -414,5 +436,38 @@ impl InboundHandler for Inbound {
                 Accepted::Packets(session, Box::new(super::udp::Server::new(body, dest)))
             }
         })
+    }
+
+    fn users(&self) -> Option<&dyn UserManager> {
+        Some(self)
+    }
+}
+
+impl UserManager for Inbound {
+    fn add_user(&self, v: &serde_json::Value) -> Result<User> {
+        let diag = Diagnostics::default();
+        let c = Obj::new(v, "user", &diag)?;
+        let mut a = parse_client(c, 0, 0, &diag)?;
+        a.traffic = self.counters.user(&a.email, a.level).traffic;
+        let user = a.user();
+        let (uuid, email) = (a.uuid, a.email.clone());
+        let added = self.accounts.add(a, |x| {
+            x.uuid == uuid || (!email.is_empty() && x.email == email)
+        });
+        if !added {
+            return Err(ConfigError::new(
+                "user",
+                "a user with this id or email exists already",
+            ));
+        }
+        Ok(user)
+    }
+
+    fn remove_user(&self, email: &str) -> bool {
+        !email.is_empty() && self.accounts.remove(|a| &*a.email == email)
+    }
+
+    fn list_users(&self) -> Vec<User> {
+        self.accounts.load().iter().map(Account::user).collect()
     }
 }

@@ -33,6 +33,8 @@ pub struct Account {
     pub alter_id: u16,
     pub email: Arc<str>,
     pub level: u32,
+    /// The user's counters (resolved when the user is added; empty when stats are off).
+    pub traffic: Arc<crate::session::Traffic>,
 }
 
 impl Account {
@@ -45,6 +47,16 @@ impl Account {
             alter_id,
             email: email.into(),
             level,
+            traffic: Arc::default(),
+        }
+    }
+
+    /// The session user this account authenticates as.
+    pub fn user(&self) -> crate::session::User {
+        crate::session::User {
+            email: self.email.clone(),
+            level: self.level,
+            traffic: self.traffic.clone(),
         }
     }
 }
