@@ -139,3 +139,76 @@ fn counters_are_live_mid_transfer() {
     c.write_all(&first[..1000]).unwrap();
     wait_counters(mport, [301_000, 12_345, 301_000, 12_345], &f);
 }
+
+/// SOCKS and HTTP password users count as users (`user>>>NAME>>>traffic>>>...`), with the
+/// counters their level's policy asks for.
+#[test]
+fn socks_and_http_password_users_have_counters() {
+    let echo = echo_server();
+    let (sport, hport, mport) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        r#"{{"stats":{{}},
+            "policy":{{"levels":{{"1":{{"statsUserUplink":true,"statsUserDownlink":true}}}}}},
+            "metrics":{{"listen":"127.0.0.1:{mport}"}},
+            "inbounds":[
+              {{"listen":"127.0.0.1","port":{sport},"protocol":"socks",
+                "settings":{{"auth":"password","userLevel":1,"accounts":[{{"user":"sam","pass":"pw"}}]}}}},
+              {{"listen":"127.0.0.1","port":{hport},"protocol":"http",
+                "settings":{{"userLevel":1,"accounts":[{{"user":"hal","pass":"pw"}}]}}}}],
+            "outbounds":[{{"protocol":"freedom"}}]}}"#
+    );
+    let f = ferry(&cfg, &[sport, hport, mport]);
+    let data = pattern(300_000, 5);
+    let mut s = TcpStream::connect(("127.0.0.1", sport)).unwrap();
+    s.write_all(&[5, 1, 2]).unwrap();
+    let mut b = [0u8; 2];
+    s.read_exact(&mut b).unwrap();
+    s.write_all(&[1, 3, b's', b'a', b'm', 2, b'p', b'w'])
+        .unwrap();
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b, [1, 0]);
+    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
+    req.extend_from_slice(&echo.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).unwrap();
+    assert!(echo_through(s, &data) == data);
+    let mut h = TcpStream::connect(("127.0.0.1", hport)).unwrap();
+    // "hal:pw" in base64.
+    write!(
+        h,
+        "CONNECT 127.0.0.1:{p} HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nProxy-Authorization: Basic aGFsOnB3\r\n\r\n",
+        p = echo.port()
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut c = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        h.read_exact(&mut c).unwrap();
+        head.push(c[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+    let half = &data[..150_000];
+    assert!(echo_through(h, half) == half);
+    let n = data.len() as u64;
+    let t = Instant::now();
+    loop {
+        let v = vars(mport);
+        let g = |u: &str, d: &str| v["stats"]["user"][u][d].as_u64().unwrap_or(0);
+        let got = [
+            g("sam", "uplink"),
+            g("sam", "downlink"),
+            g("hal", "uplink"),
+            g("hal", "downlink"),
+        ];
+        if got == [n, n, n / 2, n / 2] {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "user counters {got:?}\n{}",
+            f.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

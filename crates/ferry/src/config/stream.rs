@@ -98,13 +98,14 @@ impl ParseStream for StreamSettings {
                 }
             }
             if let Some(d) = so.str("dialerProxy")?.filter(|d| !d.is_empty()) {
-                if !outbound {
-                    return Err(ConfigError::new(
-                        so.key_path("dialerProxy"),
-                        "dialerProxy applies to outbounds only",
-                    ));
+                if outbound {
+                    out.dialer_proxy = Some(d);
+                } else {
+                    parent.diag().warn(
+                        &so.key_path("dialerProxy"),
+                        "applies to outbounds only; ignored",
+                    );
                 }
-                out.dialer_proxy = Some(d);
             }
             for k in [
                 "tcpFastOpen",

@@ -1,7 +1,6 @@
 //! The `http` inbound (and the HTTP half of `socks`/`mixed`).
 
 use std::io;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -27,6 +26,8 @@ pub struct HttpConfig {
 /// An HTTP proxy inbound.
 pub struct HttpInbound {
     cfg: HttpConfig,
+    /// Each account's session user, counters resolved.
+    users: std::collections::HashMap<String, User>,
 }
 
 /// What a request head asks for, once it was checked.
@@ -42,8 +43,9 @@ fn invalid(msg: impl Into<String>) -> io::Error {
 }
 
 impl HttpInbound {
-    pub fn new(cfg: HttpConfig) -> Self {
-        HttpInbound { cfg }
+    pub fn new(cfg: HttpConfig, counters: &crate::registry::CounterSource) -> Self {
+        let users = crate::proxy::socks::account_users(&cfg.accounts, cfg.level, counters);
+        HttpInbound { cfg, users }
     }
 
     /// Reads one request whose first bytes may already be in `r`: the session and the stream
@@ -112,7 +114,12 @@ impl HttpInbound {
                     "http: missing or wrong proxy credentials",
                 ));
             };
-            user = Some(User::new(Arc::from(name.as_str()), self.cfg.level));
+            user = Some(
+                self.users
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| User::new(name.as_str(), self.cfg.level)),
+            );
         }
         match codec::target(&req, self.cfg.allow_transparent) {
             Ok(Target::Connect(dest)) => {

@@ -11,16 +11,19 @@ use super::socks::{parse_accounts, parse_server, user_level};
 use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
 use crate::config::reader::{as_str, ConfigError, Obj, Result};
 
-pub fn build_inbound(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
+pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
     let accounts = parse_accounts(o)?;
     let allow_transparent = o.bool("allowTransparent")?.unwrap_or(false);
     let level = user_level(o)?;
     o.ignore(&["timeout"]);
-    Ok(Arc::new(inbound::HttpInbound::new(inbound::HttpConfig {
-        accounts,
-        allow_transparent,
-        level,
-    })))
+    Ok(Arc::new(inbound::HttpInbound::new(
+        inbound::HttpConfig {
+            accounts,
+            allow_transparent,
+            level,
+        },
+        b.counters,
+    )))
 }
 
 pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {

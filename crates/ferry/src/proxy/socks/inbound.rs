@@ -23,23 +23,37 @@ use crate::transport::BoxStream;
 pub struct SocksInbound {
     cfg: InboundConfig,
     http: HttpInbound,
+    /// Each account's session user, counters resolved.
+    users: std::collections::HashMap<String, User>,
 }
 
 impl SocksInbound {
-    pub fn new(cfg: InboundConfig) -> Self {
-        let http = HttpInbound::new(HttpConfig {
-            accounts: cfg.accounts.clone().unwrap_or_default(),
-            allow_transparent: false,
-            level: cfg.level,
-        });
-        SocksInbound { cfg, http }
+    pub fn new(cfg: InboundConfig, counters: &crate::registry::CounterSource) -> Self {
+        let http = HttpInbound::new(
+            HttpConfig {
+                accounts: cfg.accounts.clone().unwrap_or_default(),
+                allow_transparent: false,
+                level: cfg.level,
+            },
+            counters,
+        );
+        let users = match &cfg.accounts {
+            Some(a) => super::account_users(a, cfg.level, counters),
+            None => Default::default(),
+        };
+        SocksInbound { cfg, http, users }
     }
 
     /// The user a connection runs as: the authenticated one, or an anonymous one carrying
     /// `userLevel` so the level's policy applies.
     fn user(&self, name: Option<&str>) -> Option<User> {
         match name {
-            Some(n) => Some(User::new(n, self.cfg.level)),
+            Some(n) => Some(
+                self.users
+                    .get(n)
+                    .cloned()
+                    .unwrap_or_else(|| User::new(n, self.cfg.level)),
+            ),
             None if self.cfg.level != 0 => Some(User::new("", self.cfg.level)),
             None => None,
         }

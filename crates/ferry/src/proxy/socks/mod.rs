@@ -29,6 +29,19 @@ async fn read_msg<T>(
 /// `user` -> `pass` of an inbound's `accounts` (alias `users`).
 pub type Accounts = HashMap<String, String>;
 
+/// The session user of each account, with its counters resolved once (the user name is the
+/// email the counters are named after, as in Xray).
+pub fn account_users(
+    accounts: &Accounts,
+    level: u32,
+    counters: &crate::registry::CounterSource,
+) -> HashMap<String, crate::session::User> {
+    accounts
+        .keys()
+        .map(|name| (name.clone(), counters.user(name, level)))
+        .collect()
+}
+
 /// Reads `accounts` (alias `users`): `[{"user": "u", "pass": "p"}]`.
 pub fn parse_accounts(o: &Obj<'_>) -> Result<Accounts> {
     let mut accounts = Accounts::new();
@@ -59,7 +72,7 @@ pub struct InboundConfig {
     pub level: u32,
 }
 
-pub fn build_inbound(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
+pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
     let accounts = parse_accounts(o)?;
     let auth = o.str("auth")?.unwrap_or_default();
     let accounts = match auth.to_ascii_lowercase().as_str() {
@@ -96,12 +109,15 @@ pub fn build_inbound(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn Inbou
     };
     let level = user_level(o)?;
     o.ignore(&["timeout"]);
-    Ok(Arc::new(inbound::SocksInbound::new(InboundConfig {
-        accounts,
-        udp: o.bool("udp")?.unwrap_or(false),
-        ip,
-        level,
-    })))
+    Ok(Arc::new(inbound::SocksInbound::new(
+        InboundConfig {
+            accounts,
+            udp: o.bool("udp")?.unwrap_or(false),
+            ip,
+            level,
+        },
+        b.counters,
+    )))
 }
 
 /// `userLevel` (default 0).
