@@ -230,7 +230,7 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         };
-        for (tag, net, addr) in &inst.bound {
+        for (tag, net, addr) in &inst.bound() {
             tracing::warn!("ferry {} started: {} {net} {addr}", env!("CARGO_PKG_VERSION"), show_tag(tag));
         }
         if used_default {

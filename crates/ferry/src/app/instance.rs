@@ -82,7 +82,7 @@ pub struct Instance {
     pub dispatcher: Arc<Dispatcher>,
     pub stats: Option<Arc<Stats>>,
     /// Every bound address, by inbound tag (TCP, UDP and unix).
-    pub bound: Vec<(String, Network, Endpoint)>,
+    bound: std::sync::Mutex<Vec<(String, Network, Endpoint)>>,
     pub live: Arc<Live>,
     /// The running inbounds (add and remove them at run time).
     pub inbounds: Swap<Vec<Arc<RunningInbound>>>,
@@ -118,10 +118,10 @@ impl Instance {
             stats: stats.clone(),
             access,
         });
-        let mut inst = Instance {
+        let inst = Instance {
             dispatcher,
             stats: stats.clone(),
-            bound: Vec::new(),
+            bound: Default::default(),
             live: Arc::new(Live::default()),
             inbounds: Swap::new(Vec::new()),
             counters: cfg.counters.clone(),
@@ -136,8 +136,10 @@ impl Instance {
                 "metrics on http://{}/debug/vars and /metrics",
                 l.local_addr()?
             );
+            let mut inst = inst;
             inst.listeners
                 .push(tokio::spawn(crate::app::metrics::serve(l, st.clone())));
+            return Ok(inst);
         } else if cfg.metrics.is_some() {
             tracing::warn!("metrics: the stats object is absent, so there is nothing to expose");
         }
@@ -145,7 +147,7 @@ impl Instance {
     }
 
     /// Binds one inbound's listeners and starts serving it. Its tag must be new.
-    pub async fn add_inbound(&mut self, ib: Inbound) -> io::Result<()> {
+    pub async fn add_inbound(&self, ib: Inbound) -> io::Result<()> {
         if !ib.tag.is_empty() && self.inbound(&ib.tag).is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -185,7 +187,7 @@ impl Instance {
                     ib.tag,
                     ib.protocol
                 );
-                self.bound.push((ib.tag.clone(), Network::Tcp, local));
+                self.bind(&ib.tag, Network::Tcp, local);
                 tasks.push(tokio::spawn(serve.clone().accept_loop(l)));
             }
         }
@@ -194,8 +196,7 @@ impl Instance {
                 let l = Listener::tcp(addr, ib.stream.sockopt.clone())
                     .map_err(|e| named(e, format!("tcp {addr}")))?;
                 let local = l.local()?;
-                self.bound
-                    .push((ib.tag.clone(), Network::Tcp, local.clone()));
+                self.bind(&ib.tag, Network::Tcp, local.clone());
                 tracing::info!(
                     "inbound {:?} ({}) listening on tcp {local}",
                     ib.tag,
@@ -208,8 +209,7 @@ impl Instance {
                     .await
                     .map_err(|e| named(e, format!("udp {addr}")))?;
                 let local = u.local_addr()?;
-                self.bound
-                    .push((ib.tag.clone(), Network::Udp, local.into()));
+                self.bind(&ib.tag, Network::Udp, local.into());
                 tracing::info!(
                     "inbound {:?} ({}) listening on udp {local}",
                     ib.tag,
@@ -238,9 +238,25 @@ impl Instance {
         Ok(())
     }
 
+    fn bind(&self, tag: &str, net: Network, at: Endpoint) {
+        self.bound
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((tag.to_string(), net, at));
+    }
+
+    /// Every address bound so far, by inbound tag (TCP, UDP and unix).
+    pub fn bound(&self) -> Vec<(String, Network, Endpoint)> {
+        self.bound.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Stops one inbound's listeners (its live connections go on); false when no inbound has
     /// this tag.
     pub fn remove_inbound(&self, tag: &str) -> bool {
+        self.bound
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(t, _, _)| t != tag);
         self.inbounds.update(|v| {
             let n: Vec<_> = v.iter().filter(|i| i.tag != tag).cloned().collect();
             let removed = n.len() != v.len();

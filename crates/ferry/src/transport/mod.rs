@@ -264,3 +264,32 @@ impl Dialer for ChainDialer {
         self.base.dial_udp(dest).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_boxed_stream_is_reached_by_type_without_consuming_it() {
+        let (a, _b) = tokio::io::duplex(64);
+        let inner: BoxStream = Box::new(a);
+        let mut s: BoxStream = Box::new(Prefixed::new(Bytes::from_static(b"hi"), inner));
+        assert!(s.downcast_ref::<Prefixed>().is_some());
+        assert!(s.downcast_mut::<TcpStream>().is_none());
+        // A duplex pipe has no socket, so nothing can go direct through it.
+        assert!(s.socket().is_none());
+        assert!(s.take_read_direct().is_none());
+        assert!(!s.write_direct());
+        assert!(s.downcast_mut::<Prefixed>().is_some());
+    }
+
+    #[tokio::test]
+    async fn prefixed_bytes_come_first_when_reads_go_direct() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let mut s: BoxStream = Box::new(Prefixed::new(Bytes::from_static(b"held"), Box::new(c)));
+        assert!(s.socket().is_some() && s.write_direct());
+        assert_eq!(s.take_read_direct().as_deref(), Some(&b"held"[..]));
+        drop(l);
+    }
+}
