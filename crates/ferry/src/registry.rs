@@ -65,6 +65,7 @@ impl CounterSource {
         Traffic {
             up: self.counter(s.stats_inbound_uplink, "inbound", tag, "uplink"),
             down: self.counter(s.stats_inbound_downlink, "inbound", tag, "downlink"),
+            listing: None,
         }
     }
 
@@ -74,16 +75,38 @@ impl CounterSource {
         Traffic {
             up: self.counter(s.stats_outbound_uplink, "outbound", tag, "uplink"),
             down: self.counter(s.stats_outbound_downlink, "outbound", tag, "downlink"),
+            listing: None,
         }
     }
 
-    /// A user with the counters its level's policy asks for.
+    /// A user with the counters its level's policy asks for (made now, listed in the stats
+    /// from the user's first connection on).
     pub fn user(&self, email: &str, level: u32) -> User {
         let lp = self.policy.level(level);
         let mut u = User::new(email, level);
+        let Some(st) = &self.stats else { return u };
+        if email.is_empty() {
+            return u;
+        }
+        let mut names = Vec::new();
+        let mut make = |on: bool, dir: &str| {
+            on.then(|| {
+                let n = stats::name("user", email, dir);
+                let c = st.unlisted_counter(&n);
+                names.push(n);
+                c
+            })
+        };
+        let up = make(lp.stats_user_uplink, "uplink");
+        let down = make(lp.stats_user_downlink, "downlink");
         u.traffic = Arc::new(Traffic {
-            up: self.counter(lp.stats_user_uplink, "user", email, "uplink"),
-            down: self.counter(lp.stats_user_downlink, "user", email, "downlink"),
+            up,
+            down,
+            listing: Some(Arc::new(crate::session::Listing {
+                stats: st.clone(),
+                names,
+                done: Default::default(),
+            })),
         });
         u
     }

@@ -100,12 +100,45 @@ impl ConnInfo {
     }
 }
 
-/// Live byte counters of one user (uplink: client -> server), resolved once when the user is
-/// added, so a connection never looks a counter up by name.
+/// Live byte counters (uplink: client -> server) of an inbound, an outbound or a user,
+/// resolved once when it is added, so a connection never looks a counter up by name.
 #[derive(Clone, Debug, Default)]
 pub struct Traffic {
     pub up: Option<Arc<AtomicU64>>,
     pub down: Option<Arc<AtomicU64>>,
+    /// A user's counters are made when the user is added but listed in the stats from its
+    /// first connection on (as Xray lists them); this lists them once.
+    pub listing: Option<Arc<Listing>>,
+}
+
+/// Counters to list on first use.
+pub struct Listing {
+    pub stats: Arc<crate::app::stats::Stats>,
+    pub names: Vec<String>,
+    pub done: std::sync::atomic::AtomicBool,
+}
+
+impl fmt::Debug for Listing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listing")
+            .field("names", &self.names)
+            .finish()
+    }
+}
+
+impl Traffic {
+    /// Lists counters made ahead, the first time a connection uses them.
+    #[inline]
+    pub fn in_use(&self) {
+        use std::sync::atomic::Ordering;
+        if let Some(l) = &self.listing {
+            if !l.done.load(Ordering::Relaxed) && !l.done.swap(true, Ordering::AcqRel) {
+                for n in &l.names {
+                    l.stats.list(n);
+                }
+            }
+        }
+    }
 }
 
 /// An authenticated user of an inbound.

@@ -77,6 +77,7 @@ impl Dispatcher {
         push(&mut c.up, &outbound.traffic.up);
         push(&mut c.down, &outbound.traffic.down);
         if let Some(u) = &s.user {
+            u.traffic.in_use();
             push(&mut c.up, &u.traffic.up);
             push(&mut c.down, &u.traffic.down);
         }

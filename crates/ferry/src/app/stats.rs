@@ -9,6 +9,9 @@ use std::sync::{Arc, RwLock};
 #[derive(Default, Debug)]
 pub struct Stats {
     counters: RwLock<BTreeMap<String, Arc<AtomicU64>>>,
+    /// Counters made ahead of their first use (a user's, when the user is added): they count
+    /// already, and are listed from their first connection on, as Xray lists them.
+    unlisted: RwLock<BTreeMap<String, Arc<AtomicU64>>>,
 }
 
 /// `inbound>>>TAG>>>traffic>>>uplink` and its kin.
@@ -17,7 +20,7 @@ pub fn name(kind: &str, tag: &str, dir: &str) -> String {
 }
 
 impl Stats {
-    /// The counter called `name`, created at zero when new.
+    /// The counter called `name`, created at zero when new, and listed.
     pub fn counter(&self, name: &str) -> Arc<AtomicU64> {
         if let Some(c) = self
             .counters
@@ -27,8 +30,38 @@ impl Stats {
         {
             return c.clone();
         }
+        self.list(name)
+    }
+
+    /// The counter called `name`, made ahead of its first use: it is not listed until
+    /// [`Stats::list`] is called for it (or [`Stats::counter`] asks for it).
+    pub fn unlisted_counter(&self, name: &str) -> Arc<AtomicU64> {
+        if let Some(c) = self
+            .counters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+        {
+            return c.clone();
+        }
+        let mut u = self.unlisted.write().unwrap_or_else(|e| e.into_inner());
+        u.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Lists the counter called `name` (the one made ahead, if any) and returns it.
+    pub fn list(&self, name: &str) -> Arc<AtomicU64> {
         let mut w = self.counters.write().unwrap_or_else(|e| e.into_inner());
-        w.entry(name.to_string()).or_default().clone()
+        if let Some(c) = w.get(name) {
+            return c.clone();
+        }
+        let made = self
+            .unlisted
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        w.entry(name.to_string())
+            .or_insert_with(|| made.unwrap_or_default())
+            .clone()
     }
 
     /// The value of one counter, if it exists.
@@ -76,5 +109,20 @@ mod tests {
         );
         assert_eq!(s.get("inbound>>>in>>>traffic>>>uplink"), Some(0));
         assert_eq!(s.get("nope"), None);
+    }
+
+    #[test]
+    fn counters_made_ahead_count_unlisted_until_listed() {
+        let s = Stats::default();
+        let u = s.unlisted_counter("user>>>a>>>traffic>>>uplink");
+        u.fetch_add(3, Ordering::Relaxed);
+        assert_eq!(s.get("user>>>a>>>traffic>>>uplink"), None);
+        assert!(Arc::ptr_eq(
+            &u,
+            &s.unlisted_counter("user>>>a>>>traffic>>>uplink")
+        ));
+        assert!(Arc::ptr_eq(&u, &s.list("user>>>a>>>traffic>>>uplink")));
+        assert_eq!(s.get("user>>>a>>>traffic>>>uplink"), Some(3));
+        assert!(Arc::ptr_eq(&u, &s.counter("user>>>a>>>traffic>>>uplink")));
     }
 }
