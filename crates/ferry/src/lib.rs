@@ -10,4 +10,5 @@ pub mod proxy;
 pub mod registry;
 pub mod relay;
 pub mod session;
+pub mod stats;
 pub mod transport;

@@ -12,9 +12,9 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 
 use crate::app::policy::Policy;
-use crate::app::stats::{self, Stats};
 use crate::common::Destination;
 use crate::session::{Traffic, User};
+use crate::stats::{self, Stats};
 use crate::transport::{BoxStream, Dialer, PacketConn};
 
 /// A value that is read often and replaced whole now and then.

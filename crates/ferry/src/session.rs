@@ -113,7 +113,7 @@ pub struct Traffic {
 
 /// Counters to list on first use.
 pub struct Listing {
-    pub stats: Arc<crate::app::stats::Stats>,
+    pub stats: Arc<crate::stats::Stats>,
     pub names: Vec<String>,
     pub done: std::sync::atomic::AtomicBool,
 }
