@@ -9,6 +9,7 @@
 pub mod chain;
 pub mod listener;
 pub mod prefixed;
+pub mod read_ahead;
 pub mod tcp;
 
 use std::any::Any;
@@ -26,6 +27,7 @@ use crate::common::{Address, Destination};
 pub use chain::{Layer, StreamSettings};
 pub use listener::Listener;
 pub use prefixed::Prefixed;
+pub use read_ahead::ReadAhead;
 
 /// Lets a boxed stream be reached by its concrete type (see `dyn Stream::downcast_mut`).
 pub trait AsAny: Any {
