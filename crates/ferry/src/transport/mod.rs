@@ -4,7 +4,8 @@
 //! through a [`Listener`] and the acceptor chain of their stream settings ([`chain`]: PROXY
 //! protocol -> TLS -> transport); outbounds dial through a [`Dialer`] chain (tcp|unix -> TLS ->
 //! transport, or another outbound). A stream says, per direction and without being consumed,
-//! when the relay may bypass it and `splice(2)` the socket underneath.
+//! when the relay may bypass it and `splice(2)` the socket underneath. Layers that decode frames
+//! read ahead through one [`ReadAhead`].
 
 pub mod chain;
 pub mod listener;
