@@ -4,11 +4,13 @@
 //! through a [`Listener`] and the acceptor chain of their stream settings ([`chain`]: PROXY
 //! protocol -> TLS -> transport); outbounds dial through a [`Dialer`] chain (tcp|unix -> TLS ->
 //! transport, or another outbound). A stream says, per direction and without being consumed,
-//! when the relay may bypass it and `splice(2)` the socket underneath.
+//! when the relay may bypass it and `splice(2)` the socket underneath. Layers that decode frames
+//! read ahead through one [`ReadAhead`].
 
 pub mod chain;
 pub mod listener;
 pub mod prefixed;
+pub mod read_ahead;
 pub mod tcp;
 
 use std::any::Any;
@@ -26,6 +28,7 @@ use crate::common::{Address, Destination};
 pub use chain::{Layer, StreamSettings};
 pub use listener::Listener;
 pub use prefixed::Prefixed;
+pub use read_ahead::ReadAhead;
 
 /// Lets a boxed stream be reached by its concrete type (see `dyn Stream::downcast_mut`).
 pub trait AsAny: Any {

@@ -22,7 +22,7 @@ use super::aead::{ChunkOpener, ChunkSealer, Error, OpenTo};
 use super::ss2022;
 use super::stream_cipher::{StreamCrypt, CFB_SLACK};
 use crate::relay::pool;
-use crate::transport::{BoxStream, Stream};
+use crate::transport::{BoxStream, ReadAhead, Stream};
 
 /// How long a client waits for the first payload before sending its header alone (as Xray).
 pub const FIRST_PAYLOAD_WAIT: Duration = Duration::from_millis(100);
@@ -165,6 +165,11 @@ impl Sealer {
     }
 }
 
+/// Read-ahead sizes for an edition whose chunks need `rcap` bytes: up to [`READ_MAX`].
+fn read_ahead_size(rcap: usize) -> pool::Adaptive {
+    pool::Adaptive::new(rcap, rcap, READ_MAX.max(rcap))
+}
+
 /// Builds the read half from the peer's salt/IV once it has arrived.
 pub type KeyFromSalt = Box<dyn FnOnce(&[u8]) -> Result<Opener, Error> + Send>;
 
@@ -201,14 +206,9 @@ pub struct ServerParts {
 pub struct SsStream {
     inner: BoxStream,
     rkey: ReadKey,
-    /// Ciphertext read ahead (`start..end`), from the pool while it holds bytes.
-    rbuf: Option<Box<[u8]>>,
-    /// Read-ahead size: from the edition's minimum up to [`READ_MAX`] while reads fill it.
-    rsize: pool::Adaptive,
-    start: usize,
-    end: usize,
-    /// Plaintext of a chunk opened in place that the caller has not taken yet.
-    plain: std::ops::Range<usize>,
+    /// Ciphertext read ahead, and plaintext of a chunk opened in place not taken yet; its
+    /// size grows from the edition's minimum up to [`READ_MAX`] while reads fill it.
+    ra: ReadAhead,
     front: Bytes,
     eof: bool,
     sealer: Sealer,
@@ -230,7 +230,7 @@ impl SsStream {
             p.rcap,
         );
         s.front = p.front;
-        s.prefill(&p.prefill);
+        s.ra = ReadAhead::with_prefill(read_ahead_size(p.rcap), &p.prefill);
         s
     }
 
@@ -265,11 +265,7 @@ impl SsStream {
         SsStream {
             inner,
             rkey,
-            rbuf: None,
-            rsize: pool::Adaptive::new(rcap, rcap, READ_MAX.max(rcap)),
-            start: 0,
-            end: 0,
-            plain: 0..0,
+            ra: ReadAhead::new(read_ahead_size(rcap)),
             front: Bytes::new(),
             eof: false,
             sealer,
@@ -277,62 +273,6 @@ impl SsStream {
             out: OutBuf::default(),
             req,
             timer: None,
-        }
-    }
-
-    fn prefill(&mut self, data: &[u8]) {
-        if data.is_empty() {
-            return;
-        }
-        let mut b = pool::take(self.rsize.size.max(data.len()));
-        b[..data.len()].copy_from_slice(data);
-        self.rbuf = Some(b);
-        self.start = 0;
-        self.end = data.len();
-    }
-
-    /// Makes the read buffer ready for a read that must bring the pending bytes up to at
-    /// least `need`: takes one from the pool (of the current adaptive size) if none is held or
-    /// the held one is smaller, and moves pending bytes to the front when `need` would not
-    /// fit after them. Returns the buffer.
-    fn rbuf_for_read(&mut self, need: usize) -> &mut [u8] {
-        let want = self.rsize.size.max(need);
-        let pending = self.end - self.start;
-        match self.rbuf.take() {
-            Some(b) if b.len() >= want => {
-                let mut b = b;
-                if pending == 0 {
-                    self.start = 0;
-                    self.end = 0;
-                } else if self.start + need > b.len() {
-                    b.copy_within(self.start..self.end, 0);
-                    self.start = 0;
-                    self.end = pending;
-                }
-                self.rbuf = Some(b);
-            }
-            old => {
-                let mut nb = pool::take(want);
-                if let Some(old) = old {
-                    nb[..pending].copy_from_slice(&old[self.start..self.end]);
-                    pool::put(old);
-                }
-                self.start = 0;
-                self.end = pending;
-                self.rbuf = Some(nb);
-            }
-        }
-        self.rbuf.as_deref_mut().unwrap_or_default()
-    }
-
-    /// Gives the read buffer back when it holds nothing (idle connections keep no buffer).
-    fn release_rbuf(&mut self) {
-        if self.start == self.end && self.plain.is_empty() {
-            self.start = 0;
-            self.end = 0;
-            if let Some(b) = self.rbuf.take() {
-                pool::put(b);
-            }
         }
     }
 
@@ -345,12 +285,12 @@ impl SsStream {
     /// The read-ahead size reads currently aim for (for tests).
     #[cfg(test)]
     fn read_ahead_size(&self) -> usize {
-        self.rsize.size
+        self.ra.target_size()
     }
 
     /// Whether the connection currently holds pooled buffers (for tests).
     pub fn holds_buffers(&self) -> bool {
-        self.rbuf.is_some() || self.out.buf.is_some()
+        self.ra.holds_buffer() || self.out.buf.is_some()
     }
 
     /// Puts plaintext back in front of the stream (bytes read past a parsed address).
@@ -460,12 +400,8 @@ impl AsyncRead for SsStream {
         }
         let before = buf.filled().len();
         loop {
-            if !me.plain.is_empty() {
-                let n = me.plain.len().min(buf.remaining());
-                if let Some(rb) = &me.rbuf {
-                    buf.put_slice(&rb[me.plain.start..me.plain.start + n]);
-                }
-                me.plain.start += n;
+            if me.ra.has_plain() {
+                me.ra.take_plain_into(buf);
                 if buf.remaining() == 0 {
                     return Poll::Ready(Ok(()));
                 }
@@ -474,28 +410,22 @@ impl AsyncRead for SsStream {
                 ReadKey::Failed => return Poll::Ready(Err(io::ErrorKind::InvalidData.into())),
                 ReadKey::AwaitSalt(n, _) => {
                     let n = *n;
-                    if me.end - me.start >= n {
+                    if me.ra.pending_len() >= n {
                         let ReadKey::AwaitSalt(_, f) =
                             std::mem::replace(&mut me.rkey, ReadKey::Failed)
                         else {
                             continue;
                         };
-                        let (s, e) = (me.start, me.start + n);
-                        let salt = me.rbuf.as_deref().and_then(|b| b.get(s..e)).unwrap_or(&[]);
-                        me.rkey = ReadKey::Ready(f(salt)?);
-                        me.start += n;
+                        me.rkey = ReadKey::Ready(f(&me.ra.pending()[..n])?);
+                        me.ra.consume(n);
                         continue;
                     }
                     n
                 }
                 ReadKey::Ready(op) => {
-                    let avail = match me.rbuf.as_deref_mut() {
-                        Some(b) => &mut b[me.start..me.end],
-                        None => &mut [],
-                    };
-                    match op.open_to(avail, buf.initialize_unfilled()) {
+                    match op.open_to(me.ra.pending_mut(), buf.initialize_unfilled()) {
                         Ok(OpenTo::Written { consumed, written }) => {
-                            me.start += consumed;
+                            me.ra.consume(consumed);
                             buf.advance(written);
                             if buf.remaining() == 0 {
                                 return Poll::Ready(Ok(()));
@@ -503,8 +433,8 @@ impl AsyncRead for SsStream {
                             continue;
                         }
                         Ok(OpenTo::InPlace { consumed, plain }) => {
-                            me.plain = me.start + plain.start..me.start + plain.end;
-                            me.start += consumed;
+                            me.ra.set_plain(plain);
+                            me.ra.consume(consumed);
                             continue;
                         }
                         Ok(OpenTo::Need(n)) => n,
@@ -516,11 +446,11 @@ impl AsyncRead for SsStream {
                 }
             };
             if buf.filled().len() > before {
-                me.release_rbuf();
+                me.ra.release_if_empty();
                 return Poll::Ready(Ok(()));
             }
             if me.eof {
-                return Poll::Ready(if me.start == me.end {
+                return Poll::Ready(if me.ra.pending_len() == 0 {
                     Ok(())
                 } else {
                     Err(io::Error::new(
@@ -529,33 +459,13 @@ impl AsyncRead for SsStream {
                     ))
                 });
             }
-            if need > me.rsize.max {
+            if need > me.ra.max_size() {
                 return Poll::Ready(Err(Error::TooLong(need).into()));
             }
-            let rb = me.rbuf_for_read(need);
-            let len = rb.len();
-            let end = me.end;
-            let rb = match me.rbuf.as_deref_mut() {
-                Some(b) => &mut b[end..],
-                None => &mut [],
-            };
-            let mut r = ReadBuf::new(rb);
-            match Pin::new(&mut me.inner).poll_read(cx, &mut r) {
-                Poll::Pending => {
-                    me.release_rbuf();
-                    return Poll::Pending;
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) => {
-                    let n = r.filled().len();
-                    me.rsize.record(n, len - end);
-                    if n == 0 {
-                        me.eof = true;
-                        me.release_rbuf();
-                    } else {
-                        me.end += n;
-                    }
-                }
+            // Pending: the read-ahead gave an empty buffer back.
+            if ready!(me.ra.poll_fill(cx, Pin::new(&mut me.inner), need))? == 0 {
+                me.eof = true;
+                me.ra.release_if_empty();
             }
         }
     }

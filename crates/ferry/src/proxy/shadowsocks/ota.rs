@@ -17,12 +17,15 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::aead::Error;
 use super::conn::SsStream;
 use super::stream_cipher::{OTA_FLAG, OTA_MAC_LEN};
-use crate::transport::Stream;
+use crate::relay::pool;
+use crate::transport::{ReadAhead, Stream};
 
 /// Largest chunk payload a client writes (the length field allows 0xFFFF).
 pub const CLIENT_CHUNK: usize = 0x3FFF;
 /// Length field + MAC in front of every chunk.
 pub const CHUNK_HEAD: usize = 2 + OTA_MAC_LEN;
+/// The largest chunk with its head: the server's read-ahead size.
+const CHUNK_MAX: usize = CHUNK_HEAD + 0xFFFF;
 
 type HmacSha1 = hmac::Hmac<sha1::Sha1>;
 
@@ -211,10 +214,8 @@ impl Stream for OtaClient {}
 pub struct OtaServer {
     inner: SsStream,
     dec: ChunkDecoder,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    data: Range<usize>,
+    /// Framed bytes read ahead, and the data of a checked chunk not handed out yet.
+    ra: ReadAhead,
     eof: bool,
 }
 
@@ -224,10 +225,7 @@ impl OtaServer {
         OtaServer {
             inner,
             dec: ChunkDecoder::new(iv),
-            buf: Vec::new(),
-            start: 0,
-            end: 0,
-            data: 0..0,
+            ra: ReadAhead::new(pool::Adaptive::fixed(CHUNK_MAX)),
             eof: false,
         }
     }
@@ -241,19 +239,17 @@ impl AsyncRead for OtaServer {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         loop {
-            if !me.data.is_empty() {
-                let n = me.data.len().min(out.remaining());
-                out.put_slice(&me.buf[me.data.start..me.data.start + n]);
-                me.data.start += n;
+            if me.ra.has_plain() {
+                me.ra.take_plain_into(out);
                 return Poll::Ready(Ok(()));
             }
             if out.remaining() == 0 {
                 return Poll::Ready(Ok(()));
             }
-            match me.dec.decode(&me.buf[me.start..me.end]) {
+            match me.dec.decode(me.ra.pending()) {
                 Ok(Some((consumed, data))) => {
-                    me.data = me.start + data.start..me.start + data.end;
-                    me.start += consumed;
+                    me.ra.set_plain(data);
+                    me.ra.consume(consumed);
                     continue;
                 }
                 Ok(None) => {}
@@ -263,7 +259,7 @@ impl AsyncRead for OtaServer {
                 }
             }
             if me.eof {
-                return Poll::Ready(if me.start == me.end {
+                return Poll::Ready(if me.ra.pending_len() == 0 {
                     Ok(())
                 } else {
                     Err(io::Error::new(
@@ -272,24 +268,11 @@ impl AsyncRead for OtaServer {
                     ))
                 });
             }
-            if me.buf.is_empty() {
-                me.buf = vec![0u8; CHUNK_HEAD + 0xFFFF];
-            }
-            if me.start == me.end {
-                me.start = 0;
-                me.end = 0;
-            } else if me.start > 0 {
-                me.buf.copy_within(me.start..me.end, 0);
-                me.end -= me.start;
-                me.start = 0;
-            }
-            let mut rb = ReadBuf::new(&mut me.buf[me.end..]);
-            ready!(Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
-            let n = rb.filled().len();
-            if n == 0 {
+            // Room for the largest chunk behind the pending bytes.
+            // Pending: the read-ahead gave an empty buffer back.
+            if ready!(me.ra.poll_fill(cx, Pin::new(&mut me.inner), CHUNK_MAX))? == 0 {
                 me.eof = true;
-            } else {
-                me.end += n;
+                me.ra.release_if_empty();
             }
         }
     }
@@ -369,6 +352,47 @@ mod tests {
         let mut bad = wire.clone();
         bad[14] ^= 1;
         assert_eq!(ChunkDecoder::new(&IV).decode(&bad), Err(Error::Auth));
+    }
+
+    /// Chunks arriving in odd pieces come out whole and in order; a waiting server holds no
+    /// buffer.
+    #[tokio::test]
+    async fn server_unframes_chunks_and_idles_without_a_buffer() {
+        use super::super::conn::{Opener, Sealer, ServerParts};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 + i / 509) as u8).collect();
+        let mut wire = Vec::new();
+        for (id, c) in data.chunks(0xFFFF).enumerate() {
+            encode_chunk(&IV, id as u32, c, &mut wire);
+        }
+        let (mut a, b) = tokio::io::duplex(64 * 1024);
+        let inner = SsStream::server(
+            Box::new(b),
+            ServerParts {
+                opener: Opener::Plain,
+                prefill: wire[..100].to_vec(),
+                front: bytes::Bytes::new(),
+                sealer: Sealer::Plain,
+                head: Vec::new(),
+                rcap: 64 * 1024,
+            },
+        );
+        let mut s = OtaServer::new(inner, &IV);
+        let rest = wire[100..].to_vec();
+        let w = tokio::spawn(async move {
+            for part in rest.chunks(7_001) {
+                a.write_all(part).await.unwrap();
+            }
+            a
+        });
+        let mut got = vec![0u8; data.len()];
+        s.read_exact(&mut got).await.unwrap();
+        assert!(got == data);
+        let _a = w.await.unwrap();
+        let mut one = [0u8; 1];
+        let r = tokio::time::timeout(std::time::Duration::from_millis(50), s.read(&mut one)).await;
+        assert!(r.is_err());
+        assert!(!s.ra.holds_buffer() && !s.inner.holds_buffers());
     }
 
     #[test]

@@ -15,12 +15,10 @@ use tokio::time::Sleep;
 use super::body::{BodyError, OpenedInto, Opener, Sealer, MAX_CHUNK};
 use super::header::{self, CfbDec};
 use crate::relay::pool;
-use crate::transport::{BoxStream, Stream};
+use crate::transport::{BoxStream, ReadAhead, Stream};
 
 /// Read buffer: one read brings many chunks (16 of Xray's 8 KiB ones).
 const READ_BUF: usize = 128 * 1024;
-/// Compact the read buffer when less than this is free behind the data.
-const MIN_READ: usize = 16 * 1024;
 /// Write buffer: sealed chunks collect here until it is full, a flush, a read or shutdown.
 const WRITE_BUF: usize = 128 * 1024;
 /// `none` over TCP: chunks per vectored write at most (two slices each).
@@ -62,11 +60,9 @@ pub struct VmessStream {
     inner: BoxStream,
     opener: Opener,
     head: ReadHead,
-    rbuf: Option<Box<[u8]>>,
-    rpos: usize,
-    rend: usize,
-    /// Opened plaintext not handed out yet: `rbuf[plain.0..plain.1]`.
-    plain: (usize, usize),
+    /// Bytes read ahead (unmasked once the header is read) and opened plaintext not handed
+    /// out yet.
+    ra: ReadAhead,
     read_done: bool,
     /// UDP: one datagram per chunk each way.
     packet: bool,
@@ -98,11 +94,6 @@ impl VmessStream {
         read_ahead: &[u8],
         packet: bool,
     ) -> VmessStream {
-        let rbuf = (!read_ahead.is_empty()).then(|| {
-            let mut b = pool::take(READ_BUF.max(read_ahead.len()));
-            b[..read_ahead.len()].copy_from_slice(read_ahead);
-            b
-        });
         let hold = !pending_write.is_empty();
         // A held header gets a buffer of its own size: a connection that never sends (an idle
         // one, or a server whose target has not answered yet) keeps no large buffer. The first
@@ -117,10 +108,7 @@ impl VmessStream {
             inner,
             opener,
             head,
-            rbuf,
-            rpos: 0,
-            rend: read_ahead.len(),
-            plain: (0, 0),
+            ra: ReadAhead::with_prefill(pool::Adaptive::fixed(READ_BUF), read_ahead),
             read_done: false,
             packet,
             sealer,
@@ -135,10 +123,7 @@ impl VmessStream {
             shut: false,
         };
         if matches!(s.head, ReadHead::None) {
-            let end = s.rend;
-            if let Some(b) = &mut s.rbuf {
-                s.opener.on_read(&mut b[..end]);
-            }
+            s.opener.on_read(s.ra.pending_mut());
         }
         s
     }
@@ -237,33 +222,26 @@ impl VmessStream {
         Poll::Ready(Ok(taken + c.len()))
     }
 
-    /// Decodes the response header at `rbuf[rpos..rend]`; `Ok(Some(n))` asks for `n` bytes.
+    /// Decodes the response header at the front of the read-ahead; `Ok(Some(n))` asks for `n`
+    /// bytes.
     fn read_head(&mut self) -> io::Result<Option<usize>> {
-        let avail = self.rend - self.rpos;
         if matches!(self.head, ReadHead::None) {
             return Ok(None);
         }
-        let Some(rbuf) = &mut self.rbuf else {
-            return Ok(Some(match self.head {
-                ReadHead::Legacy { .. } => 4,
-                _ => 18,
-            }));
-        };
-        match &mut self.head {
+        let rbuf = self.ra.pending_mut();
+        let avail = rbuf.len();
+        let used = match &mut self.head {
             ReadHead::None => return Ok(None),
             ReadHead::Aead { key, iv, v } => {
                 if avail < 18 {
                     return Ok(Some(18));
                 }
-                let at = self.rpos;
-                let l =
-                    header::open_aead_response_length(key, iv, &rbuf[at..at + 18]).map_err(bad)?;
+                let l = header::open_aead_response_length(key, iv, &rbuf[..18]).map_err(bad)?;
                 if avail < 18 + l + 16 {
                     return Ok(Some(18 + l + 16));
                 }
-                header::open_aead_response(key, iv, *v, &mut rbuf[at + 18..at + 18 + l + 16])
-                    .map_err(bad)?;
-                self.rpos += 18 + l + 16;
+                header::open_aead_response(key, iv, *v, &mut rbuf[18..18 + l + 16]).map_err(bad)?;
+                18 + l + 16
             }
             ReadHead::Legacy {
                 dec,
@@ -271,22 +249,17 @@ impl VmessStream {
                 cmd_len,
                 chain,
             } => {
-                let at = self.rpos;
                 let m = match cmd_len {
                     Some(m) => *m,
                     None => {
                         if avail < 4 {
                             return Ok(Some(4));
                         }
-                        dec.decrypt(&mut rbuf[at..at + 4]);
-                        if rbuf[at] != *v {
+                        dec.decrypt(&mut rbuf[..4]);
+                        if rbuf[0] != *v {
                             return Err(bad(header::HeaderError::ResponseAuth));
                         }
-                        let m = if rbuf[at + 2] != 0 {
-                            rbuf[at + 3] as usize
-                        } else {
-                            0
-                        };
+                        let m = if rbuf[2] != 0 { rbuf[3] as usize } else { 0 };
                         *cmd_len = Some(m);
                         m
                     }
@@ -295,65 +268,31 @@ impl VmessStream {
                     return Ok(Some(4 + m));
                 }
                 // A SwitchAccount (dynamic port) command is skipped: not supported.
-                dec.decrypt(&mut rbuf[at + 4..at + 4 + m]);
-                self.rpos += 4 + m;
+                dec.decrypt(&mut rbuf[4..4 + m]);
                 if *chain {
                     let d = std::mem::replace(dec, Box::new(header::cfb_dec(&[0; 16], &[0; 16])));
                     self.opener.set_cfb(*d);
                 }
+                4 + m
             }
-        }
+        };
+        self.ra.consume(used);
         self.head = ReadHead::None;
-        let (a, b) = (self.rpos, self.rend);
-        self.opener.on_read(&mut rbuf[a..b]);
+        self.opener.on_read(self.ra.pending_mut());
         Ok(None)
-    }
-
-    /// Makes room for `need` bytes from `rpos` and a read of at least [`MIN_READ`] bytes where
-    /// the buffer allows.
-    fn make_room(&mut self, need: usize) {
-        let b = self
-            .rbuf
-            .get_or_insert_with(|| pool::take(READ_BUF.max(need)));
-        if self.rpos == self.rend {
-            self.rpos = 0;
-            self.rend = 0;
-        }
-        if self.rpos > 0 && (self.rpos + need > b.len() || b.len() - self.rend < MIN_READ) {
-            b.copy_within(self.rpos..self.rend, 0);
-            self.rend -= self.rpos;
-            self.rpos = 0;
-        }
-        if need > b.len() {
-            let mut nb = vec![0u8; need].into_boxed_slice();
-            nb[..self.rend].copy_from_slice(&b[..self.rend]);
-            *b = nb;
-        }
-    }
-
-    /// Gives the read buffer back when nothing is in it.
-    fn release_rbuf(&mut self) {
-        if self.rpos == self.rend && self.plain.0 == self.plain.1 {
-            self.rpos = 0;
-            self.rend = 0;
-            self.plain = (0, 0);
-            if let Some(b) = self.rbuf.take() {
-                pool::put(b);
-            }
-        }
     }
 
     /// Opens as many buffered chunks as fit into `out`.
     fn open_buffered(&mut self, out: &mut ReadBuf<'_>) -> io::Result<Step> {
-        let Some(rbuf) = &mut self.rbuf else {
+        if !self.ra.holds_buffer() {
             return Ok(Step::Need(1));
-        };
+        }
         let before = out.filled().len();
         loop {
-            let (a, b) = (self.rpos, self.rend);
+            let buffered = self.ra.pending_len();
             let opened = self
                 .opener
-                .open_into(&mut rbuf[a..b], out.initialize_unfilled())
+                .open_into(self.ra.pending_mut(), out.initialize_unfilled())
                 .map_err(|e| {
                     tracing::info!("vmess: bad chunk, closing: {e}");
                     io::Error::from(e)
@@ -361,7 +300,7 @@ impl VmessStream {
             match opened {
                 OpenedInto::Copied { len, consumed } => {
                     out.advance(len);
-                    self.rpos += consumed;
+                    self.ra.consume(consumed);
                     if self.packet || out.remaining() == 0 {
                         return Ok(Step::Ready);
                     }
@@ -371,19 +310,19 @@ impl VmessStream {
                     end,
                     consumed,
                 } => {
-                    self.plain = (a + start, a + end);
-                    self.rpos += consumed;
+                    self.ra.set_plain(start..end);
+                    self.ra.consume(consumed);
                     if start < end {
                         return Ok(Step::Again);
                     }
-                    tracing::debug!("vmess: empty chunk of {consumed} bytes, {} buffered", b - a);
+                    tracing::debug!("vmess: empty chunk of {consumed} bytes, {buffered} buffered");
                     if self.packet {
                         // An empty datagram still counts as one.
                         return Ok(Step::Ready);
                     }
                 }
                 OpenedInto::Eof => {
-                    tracing::debug!("vmess: end marker after {} buffered bytes", b - a);
+                    tracing::debug!("vmess: end marker after {buffered} buffered bytes");
                     self.read_done = true;
                     return Ok(Step::Again);
                 }
@@ -404,7 +343,7 @@ enum Step {
     Ready,
     /// Plaintext left in place or the end was found: go round again.
     Again,
-    /// The buffer must hold this many bytes from `rpos`.
+    /// The read-ahead must hold this many bytes.
     Need(usize),
 }
 
@@ -428,25 +367,24 @@ impl AsyncRead for VmessStream {
             let _ = me.poll_drain(cx);
         }
         loop {
-            if me.plain.0 < me.plain.1 {
-                let (a, b) = me.plain;
-                let n = (b - a).min(out.remaining());
-                if let Some(rbuf) = &me.rbuf {
-                    out.put_slice(&rbuf[a..a + n]);
+            if me.ra.has_plain() {
+                me.ra.take_plain_into(out);
+                if me.packet {
+                    // One datagram per read: what did not fit is dropped.
+                    me.ra.clear_plain();
                 }
-                me.plain = if me.packet { (0, 0) } else { (a + n, b) };
                 return Poll::Ready(Ok(()));
             }
             if me.read_done {
-                me.release_rbuf();
+                me.ra.release_if_empty();
                 return Poll::Ready(Ok(()));
             }
             let need = match me.read_head()? {
                 Some(n) => n,
                 None => {
-                    if me.opener.is_passthrough() && me.rpos == me.rend && !me.packet {
+                    if me.opener.is_passthrough() && me.ra.pending_len() == 0 && !me.packet {
                         // Nothing framed or buffered: read straight into the caller's buffer.
-                        me.release_rbuf();
+                        me.ra.release_if_empty();
                         return Pin::new(&mut me.inner).poll_read(cx, out);
                     }
                     match me.open_buffered(out)? {
@@ -456,22 +394,10 @@ impl AsyncRead for VmessStream {
                     }
                 }
             };
-            me.make_room(need);
-            let end = me.rend;
-            let Some(rbuf) = &mut me.rbuf else {
-                return Poll::Ready(Err(io::ErrorKind::OutOfMemory.into()));
-            };
-            let mut rb = ReadBuf::new(&mut rbuf[end..]);
-            match Pin::new(&mut me.inner).poll_read(cx, &mut rb) {
-                Poll::Pending => {
-                    me.release_rbuf();
-                    return Poll::Pending;
-                }
-                Poll::Ready(r) => r?,
-            }
-            let n = rb.filled().len();
+            // Pending: the read-ahead gave an empty buffer back.
+            let n = ready!(me.ra.poll_fill(cx, Pin::new(&mut me.inner), need))?;
             if n == 0 {
-                if me.rpos == me.rend && matches!(me.head, ReadHead::None) {
+                if me.ra.pending_len() == 0 && matches!(me.head, ReadHead::None) {
                     // The peer closed between chunks without an end marker: treat as the end.
                     tracing::debug!("vmess: peer closed without an end marker");
                     me.read_done = true;
@@ -480,9 +406,10 @@ impl AsyncRead for VmessStream {
                 return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
             }
             if matches!(me.head, ReadHead::None) {
-                me.opener.on_read(&mut rbuf[end..end + n]);
+                let fresh = me.ra.pending_mut();
+                let at = fresh.len() - n;
+                me.opener.on_read(&mut fresh[at..]);
             }
-            me.rend += n;
         }
     }
 }
@@ -592,19 +519,17 @@ impl Stream for VmessStream {
             return None;
         }
         let under = self.inner.take_read_direct()?;
-        let mut read = Vec::new();
-        if let Some(rbuf) = &self.rbuf {
-            read.extend_from_slice(&rbuf[self.plain.0..self.plain.1]);
-            read.extend_from_slice(&rbuf[self.rpos..self.rend]);
+        let read = self.ra.take_all();
+        if under.is_empty() {
+            return Some(read);
         }
-        self.plain = (0, 0);
-        self.rpos = 0;
-        self.rend = 0;
-        if let Some(b) = self.rbuf.take() {
-            pool::put(b);
+        if read.is_empty() {
+            return Some(under);
         }
-        read.extend_from_slice(&under);
-        Some(Bytes::from(read))
+        let mut both = Vec::with_capacity(read.len() + under.len());
+        both.extend_from_slice(&read);
+        both.extend_from_slice(&under);
+        Some(Bytes::from(both))
     }
 
     fn write_direct(&self) -> bool {
@@ -757,7 +682,7 @@ mod tests {
             (38..=76).contains(&held),
             "held header buffer is {held} bytes"
         );
-        assert!(s.rbuf.is_none());
+        assert!(!s.ra.holds_buffer());
     }
 
     /// Writes through a [`VmessStream`] onto a trickling socket in uneven pieces, with
