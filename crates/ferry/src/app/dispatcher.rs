@@ -85,26 +85,38 @@ impl Dispatcher {
     }
 
     /// Serves one accepted connection to its end: the inbound reads its header and says what
-    /// to forward, and this acts on it.
-    pub async fn serve(
-        &self,
-        handler: &dyn InboundHandler,
+    /// to forward, and this acts on it. Laid out so that only the relay's state outlives the
+    /// handshake: the accepted description is taken apart before the relay is awaited.
+    #[allow(clippy::manual_async_fn)]
+    pub fn serve<'a>(
+        &'a self,
+        handler: &'a dyn InboundHandler,
         stream: BoxStream,
-        ctx: &InboundCtx,
-    ) -> io::Result<()> {
-        match handler.accept(stream, ctx).await? {
+        ctx: &'a InboundCtx,
+    ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'a {
+        async move {
+            let accepted = handler.accept(stream, ctx).await?;
+            // `{ accepted }` moves the whole value into the match, so its storage is not kept
+            // next to the relay's.
+            let (session, stream) = match { accepted } {
+                Accepted::Stream(session, stream) => (session, stream),
+                other => return Box::pin(self.serve_other(other, ctx)).await,
+            };
+            self.dispatch_tcp(session, stream, &ctx.traffic)
+                .await
+                .map(|_| ())
+        }
+    }
+
+    /// Everything an inbound asks for besides relaying a stream.
+    async fn serve_other(&self, accepted: Accepted, ctx: &InboundCtx) -> io::Result<()> {
+        match accepted {
             Accepted::Stream(session, stream) => self
                 .dispatch_tcp(session, stream, &ctx.traffic)
                 .await
                 .map(|_| ()),
             Accepted::Packets(session, client) => {
-                Box::pin(crate::app::udp::serve_packets(
-                    self,
-                    session,
-                    client,
-                    &ctx.traffic,
-                ))
-                .await
+                crate::app::udp::serve_packets(self, session, client, &ctx.traffic).await
             }
             Accepted::Fallback(_) => {
                 tracing::info!(

@@ -317,21 +317,22 @@ impl Serve {
             };
             let guard = self.live.enter();
             let me = self.clone();
+            // What the task keeps for the connection's life: the guard, this inbound's shared
+            // state, the context, and the serve future (set up here, not inside the task).
+            let mut ctx = self.ctx(ConnInfo::new(source, local_ep));
             tokio::spawn(async move {
                 let _guard = guard;
-                let mut info = ConnInfo::new(source, local_ep);
                 let stream = if me.acceptor.is_empty() {
                     stream
                 } else {
-                    match me.acceptor.accept(stream, &mut info).await {
+                    match me.acceptor.accept(stream, &mut ctx.info).await {
                         Ok(s) => s,
                         Err(e) => {
-                            tracing::info!("[{}] connection from {}: {e}", me.tag, info.source);
+                            tracing::info!("[{}] connection from {}: {e}", me.tag, ctx.info.source);
                             return;
                         }
                     }
                 };
-                let ctx = me.ctx(info);
                 if let Err(e) = me.dispatcher.serve(&*me.handler, stream, &ctx).await {
                     tracing::info!(
                         "[{}] connection from {} ended: {e}",
