@@ -96,9 +96,9 @@ impl Dispatcher {
     ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'a {
         async move {
             let accepted = handler.accept(stream, ctx).await?;
-            // `{ accepted }` moves the whole value into the match, so its storage is not kept
-            // next to the relay's.
-            let (session, stream) = match { accepted } {
+            // Moving the whole value into the match (not matching on the local in place)
+            // keeps its storage from living next to the relay's.
+            let (session, stream) = match std::convert::identity(accepted) {
                 Accepted::Stream(session, stream) => (session, stream),
                 other => return Box::pin(self.serve_other(other, ctx)).await,
             };
