@@ -8,6 +8,7 @@ pub mod head;
 pub mod http;
 pub mod shadowsocks;
 pub mod socks;
+pub mod vless;
 pub mod vmess;
 
 use std::io;
@@ -137,6 +138,7 @@ pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
     (&["socks", "mixed"], socks::build_inbound),
     (&["http"], http::build_inbound),
     (&["vmess"], vmess::build_inbound),
+    (&["vless"], vless::build_inbound),
     (&["shadowsocks", "ss"], shadowsocks::build_inbound),
 ];
 
@@ -147,12 +149,12 @@ pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["socks"], socks::build_outbound),
     (&["http"], http::build_outbound),
     (&["vmess"], vmess::build_outbound),
+    (&["vless"], vless::build_outbound),
     (&["shadowsocks", "ss"], shadowsocks::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
 pub const KNOWN_ELSEWHERE: &[&str] = &[
-    "vless",
     "trojan",
     "dns",
     "wireguard",

@@ -1,0 +1,101 @@
+//! VLESS client: the request header leaves with the first payload; UDP datagrams are framed
+//! with a two-byte length.
+
+use std::io;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::Mutex;
+
+use super::codec;
+use super::stream::ClientStream;
+use super::Server;
+use crate::common::Destination;
+use crate::proxy::{OutboundHandler, PacketConn};
+use crate::transport::{BoxStream, Dialer};
+
+pub struct Outbound {
+    pub server: Server,
+    pub dialer: Arc<dyn Dialer>,
+}
+
+impl Outbound {
+    async fn open(&self, cmd: u8, dest: &Destination) -> io::Result<ClientStream> {
+        let inner = self.dialer.dial_tcp(&self.server.dest).await?;
+        let mut header = Vec::with_capacity(64);
+        codec::encode_request(&self.server.uuid, cmd, Some(dest), &mut header);
+        Ok(ClientStream::new(inner, header))
+    }
+}
+
+#[async_trait]
+impl OutboundHandler for Outbound {
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        Ok(Box::new(self.open(codec::CMD_TCP, dest).await?))
+    }
+
+    async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        let s = self.open(codec::CMD_UDP, dest).await?;
+        Ok(Box::new(Datagrams::new(Box::new(s), dest.clone())))
+    }
+}
+
+/// UDP over one VLESS connection (both sides): each datagram is `BE16(len) || payload`, all
+/// to and from the header's destination.
+pub struct Datagrams {
+    rd: Mutex<ReadHalf<BoxStream>>,
+    wr: Mutex<WriteHalf<BoxStream>>,
+    dest: Destination,
+}
+
+/// Xray's writers skip datagrams with `len + 2 > 8192`.
+const MAX_WRITE: usize = 8192 - 2;
+
+impl Datagrams {
+    pub fn new(s: BoxStream, dest: Destination) -> Self {
+        let (rd, wr) = tokio::io::split(s);
+        Datagrams {
+            rd: Mutex::new(rd),
+            wr: Mutex::new(wr),
+            dest,
+        }
+    }
+}
+
+#[async_trait]
+impl PacketConn for Datagrams {
+    async fn send_to(&self, data: &[u8], _dest: &Destination) -> io::Result<()> {
+        if data.is_empty() || data.len() > MAX_WRITE {
+            tracing::debug!("vless udp: {}-byte datagram not sent (as Xray)", data.len());
+            return Ok(());
+        }
+        let mut frame = Vec::with_capacity(2 + data.len());
+        frame.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        frame.extend_from_slice(data);
+        let mut w = self.wr.lock().await;
+        w.write_all(&frame).await?;
+        w.flush().await
+    }
+
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
+        let mut r = self.rd.lock().await;
+        let mut len = [0u8; 2];
+        match r.read_exact(&mut len).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(e),
+            Err(e) => return Err(e),
+        }
+        let n = u16::from_be_bytes(len) as usize;
+        if n > buf.len() {
+            let mut skip = vec![0u8; n];
+            r.read_exact(&mut skip).await?;
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "datagram too large",
+            ));
+        }
+        r.read_exact(&mut buf[..n]).await?;
+        Ok((n, self.dest.clone()))
+    }
+}

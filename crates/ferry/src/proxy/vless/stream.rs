@@ -1,0 +1,264 @@
+//! VLESS over a stream after the header: plain bytes both ways. The server's two-byte response
+//! leaves with its first write; the client's request header leaves with its first payload (or
+//! alone after [`FIRST_PAYLOAD_WAIT`] once it starts reading), and the client strips the
+//! response. Once those are done both streams are direct, so the relay splices.
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+use super::codec;
+use crate::transport::{BoxStream, RawSocket, Stream};
+
+/// How long a client waits for its first payload before sending the header alone.
+pub const FIRST_PAYLOAD_WAIT: Duration = Duration::from_millis(100);
+
+/// Bytes to send before the first write (the server's response, the client's request).
+struct Head {
+    bytes: Vec<u8>,
+    sent: usize,
+}
+
+impl Head {
+    fn done(&self) -> bool {
+        self.sent >= self.bytes.len()
+    }
+
+    /// Writes the rest of the head together with `data` (one vectored write where the socket
+    /// allows); returns how much of `data` went.
+    fn poll_write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        inner: &mut BoxStream,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        while !self.done() {
+            let rest = &self.bytes[self.sent..];
+            let bufs = [IoSlice::new(rest), IoSlice::new(data)];
+            let n = ready!(Pin::new(&mut *inner).poll_write_vectored(cx, &bufs))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            let h = n.min(rest.len());
+            self.sent += h;
+            if self.done() {
+                self.bytes = Vec::new();
+                return Poll::Ready(Ok(n - h));
+            }
+        }
+        Pin::new(inner).poll_write(cx, data)
+    }
+
+    fn poll_flush_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        inner: &mut BoxStream,
+    ) -> Poll<io::Result<()>> {
+        while !self.done() {
+            let n = ready!(Pin::new(&mut *inner).poll_write(cx, &self.bytes[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.bytes = Vec::new();
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The server side: the response goes out with the first write.
+pub struct ServerStream {
+    inner: BoxStream,
+    head: Head,
+}
+
+impl ServerStream {
+    pub fn new(inner: BoxStream) -> Self {
+        ServerStream {
+            inner,
+            head: Head {
+                bytes: codec::RESPONSE.to_vec(),
+                sent: 0,
+            },
+        }
+    }
+}
+
+impl AsyncRead for ServerStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ServerStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = &mut *self;
+        me.head.poll_write_with(cx, &mut me.inner, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
+        Pin::new(&mut me.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
+        Pin::new(&mut me.inner).poll_shutdown(cx)
+    }
+}
+
+impl Stream for ServerStream {
+    fn socket(&self) -> Option<RawSocket<'_>> {
+        self.inner.socket()
+    }
+    fn take_read_direct(&mut self) -> Option<Bytes> {
+        self.inner.take_read_direct()
+    }
+    fn write_direct(&self) -> bool {
+        self.head.done() && self.inner.write_direct()
+    }
+}
+
+/// Where the client is in reading the server's response.
+enum Resp {
+    /// Bytes of the response read so far.
+    Reading(Vec<u8>),
+    /// Done; bytes read past it wait here for the caller.
+    Done(Bytes),
+}
+
+/// The client side: the request header goes out with the first payload, the response is
+/// checked and stripped.
+pub struct ClientStream {
+    inner: BoxStream,
+    head: Head,
+    resp: Resp,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl ClientStream {
+    pub fn new(inner: BoxStream, header: Vec<u8>) -> Self {
+        ClientStream {
+            inner,
+            head: Head {
+                bytes: header,
+                sent: 0,
+            },
+            resp: Resp::Reading(Vec::new()),
+            timer: None,
+        }
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        if !me.head.done() {
+            // No payload yet: the header goes alone once the wait is over.
+            let t = me
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_PAYLOAD_WAIT)));
+            if t.as_mut().poll(cx).is_ready() {
+                me.timer = None;
+                ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
+            } else {
+                return Poll::Pending;
+            }
+        }
+        loop {
+            match &mut me.resp {
+                Resp::Done(extra) => {
+                    if !extra.is_empty() {
+                        let n = extra.len().min(buf.remaining());
+                        buf.put_slice(&extra.split_to(n));
+                        return Poll::Ready(Ok(()));
+                    }
+                    return Pin::new(&mut me.inner).poll_read(cx, buf);
+                }
+                Resp::Reading(got) => {
+                    let mut tmp = [0u8; 512];
+                    let mut rb = ReadBuf::new(&mut tmp);
+                    ready!(Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
+                    if rb.filled().is_empty() {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "vless: the server closed before its response",
+                        )));
+                    }
+                    got.extend_from_slice(rb.filled());
+                    match codec::decode_response(got) {
+                        Ok(None) => {}
+                        Ok(Some(n)) => {
+                            let extra = Bytes::copy_from_slice(&got[n..]);
+                            me.resp = Resp::Done(extra);
+                        }
+                        Err(e) => {
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("vless response: {e}"),
+                            )))
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = &mut *self;
+        me.timer = None;
+        me.head.poll_write_with(cx, &mut me.inner, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
+        Pin::new(&mut me.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
+        Pin::new(&mut me.inner).poll_shutdown(cx)
+    }
+}
+
+impl Stream for ClientStream {
+    fn socket(&self) -> Option<RawSocket<'_>> {
+        self.inner.socket()
+    }
+    fn take_read_direct(&mut self) -> Option<Bytes> {
+        let Resp::Done(extra) = &mut self.resp else {
+            return None;
+        };
+        let under = self.inner.take_read_direct()?;
+        let mut out = std::mem::take(extra).to_vec();
+        out.extend_from_slice(&under);
+        Some(out.into())
+    }
+    fn write_direct(&self) -> bool {
+        self.head.done() && self.inner.write_direct()
+    }
+}
