@@ -5,9 +5,11 @@ pub mod blackhole;
 pub mod dokodemo;
 pub mod freedom;
 pub mod head;
+pub mod headed;
 pub mod http;
 pub mod shadowsocks;
 pub mod socks;
+pub mod trojan;
 pub mod vless;
 pub mod vmess;
 
@@ -139,6 +141,7 @@ pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
     (&["http"], http::build_inbound),
     (&["vmess"], vmess::build_inbound),
     (&["vless"], vless::build_inbound),
+    (&["trojan"], trojan::build_inbound),
     (&["shadowsocks", "ss"], shadowsocks::build_inbound),
 ];
 
@@ -150,12 +153,12 @@ pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["http"], http::build_outbound),
     (&["vmess"], vmess::build_outbound),
     (&["vless"], vless::build_outbound),
+    (&["trojan"], trojan::build_outbound),
     (&["shadowsocks", "ss"], shadowsocks::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
 pub const KNOWN_ELSEWHERE: &[&str] = &[
-    "trojan",
     "dns",
     "wireguard",
     "hysteria",

@@ -9,12 +9,12 @@ use tokio::time::{timeout_at, Instant};
 
 use super::codec::{self, CMD_MUX, CMD_RVS, CMD_TCP, CMD_UDP};
 use super::outbound::Datagrams;
-use super::stream::ServerStream;
 use super::{parse_client, Account};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
 use crate::proxy::head::HeadReader;
+use crate::proxy::headed::ServerStream;
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
@@ -108,7 +108,8 @@ impl InboundHandler for Inbound {
         };
         let mut session = ctx.session(dest.clone(), network, "vless");
         session.user = Some(acct.user.clone());
-        let stream: BoxStream = Box::new(ServerStream::new(r.into_stream()));
+        let stream: BoxStream =
+            Box::new(ServerStream::new(r.into_stream(), codec::RESPONSE.to_vec()));
         Ok(match network {
             Network::Tcp => Accepted::Stream(session, stream),
             Network::Udp => Accepted::Packets(session, Box::new(Datagrams::new(stream, dest))),

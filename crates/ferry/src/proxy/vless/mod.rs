@@ -5,7 +5,6 @@
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
-pub mod stream;
 
 use std::sync::Arc;
 

@@ -9,11 +9,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::Mutex;
 
 use super::codec;
-use super::stream::ClientStream;
 use super::Server;
 use crate::common::Destination;
+use crate::proxy::headed::ClientStream;
 use crate::proxy::{OutboundHandler, PacketConn};
 use crate::transport::{BoxStream, Dialer};
+
+fn check_response(b: &[u8]) -> Result<Option<usize>, String> {
+    codec::decode_response(b).map_err(|e| format!("vless: {e}"))
+}
 
 pub struct Outbound {
     pub server: Server,
@@ -25,7 +29,7 @@ impl Outbound {
         let inner = self.dialer.dial_tcp(&self.server.dest).await?;
         let mut header = Vec::with_capacity(64);
         codec::encode_request(&self.server.uuid, cmd, Some(dest), &mut header);
-        Ok(ClientStream::new(inner, header))
+        Ok(ClientStream::new(inner, header, Some(check_response)))
     }
 }
 

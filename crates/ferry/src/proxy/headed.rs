@@ -1,7 +1,8 @@
-//! VLESS over a stream after the header: plain bytes both ways. The server's two-byte response
-//! leaves with its first write; the client's request header leaves with its first payload (or
-//! alone after [`FIRST_PAYLOAD_WAIT`] once it starts reading), and the client strips the
-//! response. Once those are done both streams are direct, so the relay splices.
+//! Streams of protocols that put a head in front of plain bytes (VLESS, Trojan): a server's
+//! response leaves with its first write ([`ServerStream`]); a client's request header leaves
+//! with its first payload, or alone after [`FIRST_PAYLOAD_WAIT`] once it starts reading, and
+//! the client checks and strips the server's response if the protocol has one
+//! ([`ClientStream`]). Once those are done both streams are direct, so the relay splices.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -13,7 +14,6 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::codec;
 use crate::transport::{BoxStream, RawSocket, Stream};
 
 /// How long a client waits for its first payload before sending the header alone.
@@ -79,16 +79,21 @@ pub struct ServerStream {
 }
 
 impl ServerStream {
-    pub fn new(inner: BoxStream) -> Self {
+    /// `response` leaves with the first write.
+    pub fn new(inner: BoxStream, response: Vec<u8>) -> Self {
         ServerStream {
             inner,
             head: Head {
-                bytes: codec::RESPONSE.to_vec(),
+                bytes: response,
                 sent: 0,
             },
         }
     }
 }
+
+/// Checks a server's response at the start of what it sent: `Ok(None)` asks for more bytes,
+/// `Ok(Some(n))` is its length.
+pub type ResponseCheck = fn(&[u8]) -> Result<Option<usize>, String>;
 
 impl AsyncRead for ServerStream {
     fn poll_read(
@@ -135,8 +140,8 @@ impl Stream for ServerStream {
 
 /// Where the client is in reading the server's response.
 enum Resp {
-    /// Bytes of the response read so far.
-    Reading(Vec<u8>),
+    /// Bytes of the response read so far, and how to tell it is complete.
+    Reading(Vec<u8>, ResponseCheck),
     /// Done; bytes read past it wait here for the caller.
     Done(Bytes),
 }
@@ -151,14 +156,19 @@ pub struct ClientStream {
 }
 
 impl ClientStream {
-    pub fn new(inner: BoxStream, header: Vec<u8>) -> Self {
+    /// `header` leaves with the first payload; `response` checks the server's response (none
+    /// for a protocol without one).
+    pub fn new(inner: BoxStream, header: Vec<u8>, response: Option<ResponseCheck>) -> Self {
         ClientStream {
             inner,
             head: Head {
                 bytes: header,
                 sent: 0,
             },
-            resp: Resp::Reading(Vec::new()),
+            resp: match response {
+                Some(check) => Resp::Reading(Vec::new(), check),
+                None => Resp::Done(Bytes::new()),
+            },
             timer: None,
         }
     }
@@ -193,18 +203,18 @@ impl AsyncRead for ClientStream {
                     }
                     return Pin::new(&mut me.inner).poll_read(cx, buf);
                 }
-                Resp::Reading(got) => {
+                Resp::Reading(got, check) => {
                     let mut tmp = [0u8; 512];
                     let mut rb = ReadBuf::new(&mut tmp);
                     ready!(Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
                     if rb.filled().is_empty() {
                         return Poll::Ready(Err(io::Error::new(
                             io::ErrorKind::UnexpectedEof,
-                            "vless: the server closed before its response",
+                            "the server closed before its response",
                         )));
                     }
                     got.extend_from_slice(rb.filled());
-                    match codec::decode_response(got) {
+                    match check(got) {
                         Ok(None) => {}
                         Ok(Some(n)) => {
                             let extra = Bytes::copy_from_slice(&got[n..]);
@@ -213,7 +223,7 @@ impl AsyncRead for ClientStream {
                         Err(e) => {
                             return Poll::Ready(Err(io::Error::new(
                                 io::ErrorKind::InvalidData,
-                                format!("vless response: {e}"),
+                                format!("bad response: {e}"),
                             )))
                         }
                     }

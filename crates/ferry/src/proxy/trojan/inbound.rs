@@ -1,0 +1,120 @@
+//! Trojan server: reads the request; a known password hash relays (TCP as a stream, spliced
+//! at once: Trojan has no response; UDP as frames); anything else is not Trojan's and goes to
+//! the fallback, with every byte the client sent, as Xray does (closed while there is none).
+
+use std::io;
+
+use async_trait::async_trait;
+use tokio::time::{timeout_at, Instant};
+
+use super::codec::{self, CMD_UDP};
+use super::outbound::Frames;
+use super::{parse_client, Account};
+use crate::common::Network;
+use crate::config::reader::{ConfigError, Obj, Result};
+use crate::config::Diagnostics;
+use crate::proxy::head::HeadReader;
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
+use crate::registry::{CounterSource, Users};
+use crate::transport::BoxStream;
+
+/// The longest request: 56 + 2 + 1 + 1 + 1 + 255 + 2 + 2.
+const MAX_HEADER: usize = 320;
+
+pub struct Inbound {
+    users: Users<Account>,
+    counters: CounterSource,
+}
+
+impl Inbound {
+    pub fn new(accounts: Vec<Account>, counters: CounterSource) -> Self {
+        Inbound {
+            users: Users::new(accounts),
+            counters,
+        }
+    }
+}
+
+#[async_trait]
+impl InboundHandler for Inbound {
+    async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
+        let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let mut r = HeadReader::new(stream, MAX_HEADER);
+        let (req, n) = match timeout_at(deadline, r.read_until(codec::decode_request)).await {
+            Err(_) => {
+                tracing::info!(
+                    "[{}] trojan from {}: handshake timed out",
+                    ctx.tag,
+                    ctx.info.source
+                );
+                return Ok(Accepted::Done);
+            }
+            Ok(Err(e)) => {
+                tracing::info!(
+                    "[{}] trojan from {}: reading request: {e}",
+                    ctx.tag,
+                    ctx.info.source
+                );
+                return Ok(Accepted::Done);
+            }
+            Ok(Ok(Err(e))) => {
+                tracing::info!("[{}] trojan from {}: {e}", ctx.tag, ctx.info.source);
+                return Ok(Accepted::Fallback(r.into_stream()));
+            }
+            Ok(Ok(Ok(x))) => x,
+        };
+        let users = self.users.load();
+        let Some(acct) = users.iter().find(|a| a.hash == req.hash) else {
+            tracing::info!(
+                "[{}] trojan from {}: unknown password",
+                ctx.tag,
+                ctx.info.source
+            );
+            return Ok(Accepted::Fallback(r.into_stream()));
+        };
+        r.consume(n);
+        let network = if req.cmd == CMD_UDP {
+            Network::Udp
+        } else {
+            Network::Tcp
+        };
+        let mut session = ctx.session(req.dest, network, "trojan");
+        session.user = Some(acct.user.clone());
+        Ok(match network {
+            Network::Tcp => Accepted::Stream(session, r.into_stream()),
+            Network::Udp => Accepted::Packets(session, Box::new(Frames::new(r.into_stream()))),
+        })
+    }
+
+    fn users(&self) -> Option<&dyn UserManager> {
+        Some(self)
+    }
+}
+
+impl UserManager for Inbound {
+    fn add_user(&self, v: &serde_json::Value) -> Result<User> {
+        let diag = Diagnostics::default();
+        let c = Obj::new(v, "user", &diag)?;
+        let a = parse_client(&c, &self.counters)?;
+        c.finish();
+        let user = a.user.clone();
+        let (hash, email) = (a.hash, a.user.email.clone());
+        if !self.users.add(a, |x| {
+            x.hash == hash || (!email.is_empty() && x.user.email == email)
+        }) {
+            return Err(ConfigError::new(
+                "user",
+                "a user with this password or email exists already",
+            ));
+        }
+        Ok(user)
+    }
+
+    fn remove_user(&self, email: &str) -> bool {
+        !email.is_empty() && self.users.remove(|a| &*a.user.email == email)
+    }
+
+    fn list_users(&self) -> Vec<User> {
+        self.users.load().iter().map(|a| a.user.clone()).collect()
+    }
+}
