@@ -1,5 +1,6 @@
 //! The running instance: dispatcher, router, stats, metrics, and the listeners.
 
+pub mod api;
 pub mod dispatcher;
 pub mod instance;
 pub mod log;

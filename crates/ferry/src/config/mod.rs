@@ -273,7 +273,18 @@ impl Config {
                         format!("unknown level {:?}", c.level),
                     ));
                 }
-                l.ignore(&["dnsLog", "maskAddress"]);
+                if let Some(m) = l.str("maskAddress")?.filter(|m| !m.is_empty()) {
+                    return Err(ConfigError::new(
+                        l.key_path("maskAddress"),
+                        format!("masking addresses in logs ({m:?}) is not supported yet"),
+                    ));
+                }
+                if l.bool("dnsLog")? == Some(true) {
+                    diag.warn(
+                        &l.key_path("dnsLog"),
+                        "Ferry has no DNS client yet, so there are no queries to log",
+                    );
+                }
                 l.finish();
                 c
             }
@@ -298,25 +309,61 @@ impl Config {
             stats: stats.clone(),
             policy: policy.clone(),
         };
+        // `metrics.tag` (and `api.tag`) name outbounds a routing rule can send connections to.
+        let mut special_outbounds: Vec<(String, String, &str, Arc<dyn OutboundHandler>)> =
+            Vec::new();
         let metrics = match root.obj("metrics")? {
             Some(m) => {
-                m.ignore(&["tag"]);
-                let addr = match m.str("listen")? {
+                let addr = match m.str("listen")?.filter(|l| !l.is_empty()) {
                     Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
-                        ConfigError::new(m.key_path("listen"), format!("{l:?} is not an ip:port address"))
+                        ConfigError::new(
+                            m.key_path("listen"),
+                            format!("{l:?} is not an ip:port address"),
+                        )
                     })?),
-                    None => {
-                        return Err(ConfigError::new(
-                            m.path(),
-                            "metrics through a tagged dokodemo inbound is not supported yet; set metrics.listen",
-                        ))
-                    }
+                    None => None,
                 };
+                let tag = m.str("tag")?.filter(|t| !t.is_empty());
+                if addr.is_none() && tag.is_none() {
+                    return Err(ConfigError::new(
+                        m.path(),
+                        "needs a tag or a listen address",
+                    ));
+                }
+                if let Some(t) = tag {
+                    let stats = stats.clone().unwrap_or_default();
+                    special_outbounds.push((
+                        m.key_path("tag"),
+                        t,
+                        "metrics",
+                        Arc::new(crate::app::metrics::MetricsOutbound { stats }),
+                    ));
+                }
                 m.finish();
                 addr
             }
             None => None,
         };
+        if let Some(a) = root.obj("api")? {
+            let tag = a.str("tag")?.filter(|t| !t.is_empty());
+            diag.warn(
+                a.path(),
+                match tag {
+                    Some(_) => "the gRPC API is not supported yet; connections routed to its tag are refused",
+                    None => "the gRPC API is not supported yet; ignored",
+                },
+            );
+            if let Some(t) = tag {
+                special_outbounds.push((
+                    a.key_path("tag"),
+                    t,
+                    "api",
+                    Arc::new(crate::app::api::ApiOutbound),
+                ));
+            }
+            a.ignore(&["listen", "services"]);
+            a.finish();
+        }
 
         let mut outbounds = Vec::new();
         let mut tags = HashSet::new();
@@ -410,6 +457,19 @@ impl Config {
                 tag: String::new(),
                 protocol: "freedom".into(),
                 handler: Arc::new(proxy::freedom::Freedom::default()),
+            });
+        }
+        for (path, tag, protocol, handler) in special_outbounds {
+            if !tags.insert(tag.clone()) {
+                return Err(ConfigError::new(
+                    path,
+                    format!("outbound tag {tag:?} is already taken"),
+                ));
+            }
+            outbounds.push(Outbound {
+                tag,
+                protocol: protocol.into(),
+                handler,
             });
         }
         check_chains(&chains, &tags)?;
@@ -510,13 +570,7 @@ impl Config {
             "observatory",
             "burstObservatory",
         ]);
-        for k in [
-            "api",
-            "reverse",
-            "fakedns",
-            "observatory",
-            "burstObservatory",
-        ] {
+        for k in ["reverse", "fakedns", "observatory", "burstObservatory"] {
             if root.has(k) {
                 diag.warn(&root.key_path(k), "not supported yet; ignored");
             }
@@ -632,5 +686,53 @@ mod tests {
         assert!(d
             .take()
             .contains(&"outbounds[0].bogus: unknown field, ignored".to_string()));
+    }
+
+    #[test]
+    fn xray_current_spellings_are_accepted() {
+        let d = Diagnostics::default();
+        let v = json!({
+            "inbounds": [
+                {"tag": "t", "port": 1, "protocol": "tunnel",
+                 "settings": {"rewriteAddress": "127.0.0.1", "rewritePort": 2, "allowedNetwork": "tcp,udp"}},
+                {"tag": "v", "port": 3, "protocol": "vmess",
+                 "settings": {"users": [{"id": "27848739-7e62-4138-9fd3-098a63964b6b", "email": "a@b"}]}}],
+            "outbounds": [{"protocol": "freedom", "settings": {"targetStrategy": "UseIPv4"}}]});
+        let c = Config::from_value(&v, &d).unwrap();
+        assert_eq!(d.take(), Vec::<String>::new());
+        let users = c.inbounds[1].handler.users().unwrap().list_users();
+        assert_eq!(&*users[0].email, "a@b");
+        let v = json!({"outbounds": [{"protocol": "freedom", "settings": {"targetStrategy": "Sideways"}}]});
+        assert_eq!(
+            load(v).err().unwrap().path,
+            "outbounds[0].settings.targetStrategy"
+        );
+    }
+
+    #[test]
+    fn log_metrics_and_api_as_panels_write_them() {
+        let d = Diagnostics::default();
+        let v = json!({
+            "log": {"access": "none", "dnsLog": false, "error": "", "loglevel": "warning", "maskAddress": ""},
+            "api": {"tag": "api", "services": ["HandlerService", "StatsService"]},
+            "metrics": {"tag": "metrics_out"},
+            "stats": {},
+            "outbounds": [{"protocol": "freedom", "tag": "direct"}],
+            "routing": {"rules": [{"inboundTag": ["api"], "outboundTag": "api"},
+                                  {"inboundTag": ["m"], "outboundTag": "metrics_out"}]}});
+        let c = Config::from_value(&v, &d).unwrap();
+        let tags: Vec<_> = c.outbounds.iter().map(|o| o.tag.as_str()).collect();
+        assert_eq!(tags, ["direct", "metrics_out", "api"]);
+        assert_eq!(c.metrics, None);
+        assert_eq!(
+            load(json!({"log": {"maskAddress": "half"}}))
+                .err()
+                .unwrap()
+                .to_string(),
+            "log.maskAddress: masking addresses in logs (\"half\") is not supported yet"
+        );
+        assert_eq!(load(json!({"metrics": {}})).err().unwrap().path, "metrics");
+        let v = json!({"metrics": {"tag": "direct"}, "outbounds": [{"protocol": "freedom", "tag": "direct"}]});
+        assert_eq!(load(v).err().unwrap().path, "metrics.tag");
     }
 }
