@@ -27,6 +27,8 @@ pub struct Dokodemo {
     /// `portMap`: local port -> target, overriding `target` for connections on that port.
     port_map: HashMap<u16, Target>,
     networks: Vec<Network>,
+    /// `userLevel`: the policy level of its sessions.
+    level: u32,
 }
 
 /// Reads `"host:port"`, where either side may be empty (`":80"`, `"10.0.0.1:"`), as Xray's
@@ -110,15 +112,27 @@ fn parse(o: &Obj<'_>) -> Result<Dokodemo> {
             }
         }
     }
-    o.ignore(&["userLevel", "timeout"]);
+    let level = super::socks::user_level(o)?;
+    o.ignore(&["timeout"]);
     Ok(Dokodemo {
         target: (addr.as_deref().map(Address::parse), port),
         port_map,
         networks,
+        level,
     })
 }
 
 impl Dokodemo {
+    /// A session to `dest`, at `userLevel`'s policy (an anonymous user carries the level, as
+    /// on the SOCKS inbound).
+    fn session(&self, ctx: &InboundCtx, dest: Destination, net: Network) -> crate::proxy::Session {
+        let mut s = ctx.session(dest, net, "dokodemo-door");
+        if self.level != 0 {
+            s.user = Some(crate::proxy::User::new("", self.level));
+        }
+        s
+    }
+
     /// Where a connection that arrived on `local` goes (Xray's rules for absent fields).
     fn dest(&self, local: &Endpoint) -> io::Result<Destination> {
         let (lip, lport) = match local {
@@ -158,7 +172,7 @@ impl InboundHandler for Dokodemo {
             return Ok(Accepted::Done);
         }
         let dest = self.dest(&ctx.info.local)?;
-        let s = ctx.session(dest, Network::Tcp, "dokodemo-door");
+        let s = self.session(ctx, dest, Network::Tcp);
         Ok(Accepted::Stream(s, stream))
     }
 
@@ -167,7 +181,7 @@ impl InboundHandler for Dokodemo {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.policy.level(0).conn_idle;
+        let idle = ctx.dispatcher.policy.level(self.level).conn_idle;
         let dest = self.dest(&Endpoint::Ip(socket.local_addr()?))?;
         let nat = UdpNat::new(
             ctx.dispatcher.clone(),
@@ -178,7 +192,7 @@ impl InboundHandler for Dokodemo {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {
             let (n, from) = socket.recv_from(&mut buf).await?;
-            let mut s = ctx.session(dest.clone(), Network::Udp, "dokodemo-door");
+            let mut s = self.session(&ctx, dest.clone(), Network::Udp);
             s.source = from.into();
             nat.send(from, s, Bytes::copy_from_slice(&buf[..n]));
         }
@@ -215,6 +229,7 @@ mod tests {
             "rewriteAddress": "10.0.0.1", "rewritePort": 53, "allowedNetwork": "tcp"});
         assert_eq!(dest(v.clone(), "127.0.0.1:1000"), "1.1.1.1:80");
         assert_eq!(parsed(v).unwrap().networks, [Network::Udp]);
+        assert_eq!(parsed(json!({"userLevel": 2})).unwrap().level, 2);
     }
 
     #[test]

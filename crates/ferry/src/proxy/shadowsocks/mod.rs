@@ -228,7 +228,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
             c.finish();
         }
         if users.is_empty() {
-            if password.is_some() {
+            if password.as_deref().is_some_and(|p| !p.is_empty()) {
                 o.diag().warn(
                     &o.key_path("password"),
                     "ignored: the inbound has a clients list (its users carry their passwords)",
