@@ -122,3 +122,27 @@ fn marzban_single_port_default() {
     );
     wait_listening(port, &f);
 }
+
+/// Metrics the way Xray's docs set them up without `metrics.listen`: a tunnel inbound routed to
+/// the outbound `metrics.tag` names.
+#[test]
+fn metrics_through_a_routed_inbound() {
+    let port = free_port();
+    let cfg = format!(
+        r#"{{
+  "stats": {{}},
+  "metrics": {{"tag": "metrics_out"}},
+  "inbounds": [{{"tag": "metrics_in", "listen": "127.0.0.1", "port": {port}, "protocol": "tunnel",
+                 "settings": {{"rewriteAddress": "127.0.0.1", "rewritePort": 11111}}}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "direct"}}],
+  "routing": {{"rules": [{{"inboundTag": ["metrics_in"], "outboundTag": "metrics_out"}}]}}
+}}"#
+    );
+    both_accept("metrics", &cfg);
+    let f = ferry(&cfg, &[port]);
+    let vars = get(port, "/debug/vars");
+    assert!(vars.starts_with("HTTP/1.1 200"), "{vars}\n{}", f.output());
+    assert!(vars.contains("\"stats\""), "{vars}");
+    let prom = get(port, "/metrics");
+    assert!(prom.contains("ferry_traffic_bytes_total"), "{prom}");
+}
