@@ -146,3 +146,33 @@ fn metrics_through_a_routed_inbound() {
     let prom = get(port, "/metrics");
     assert!(prom.contains("ferry_traffic_bytes_total"), "{prom}");
 }
+
+/// The config Marzban starts the core with (app/xray/config.py adds to the base): the API
+/// behind a `dokodemo-door` inbound with only `address` (so the port is the one it listens
+/// on), stats with per-user and per-outbound counters, and the API routing rule first.
+#[test]
+fn marzban_as_it_starts_the_core() {
+    let (api, port) = (free_port(), free_port());
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "warning"}},
+  "routing": {{"rules": [{{"inboundTag": ["API_INBOUND"], "outboundTag": "API", "type": "field"}}]}},
+  "inbounds": [
+    {{"listen": "127.0.0.1", "port": {api}, "protocol": "dokodemo-door",
+      "settings": {{"address": "127.0.0.1"}}, "tag": "API_INBOUND"}},
+    {{"tag": "Shadowsocks TCP", "listen": "127.0.0.1", "port": {port}, "protocol": "shadowsocks",
+      "settings": {{"clients": [{{"method": "chacha20-ietf-poly1305", "password": "p1", "email": "1.alice"}}],
+                    "network": "tcp,udp"}}}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "api": {{"services": ["HandlerService", "StatsService", "LoggerService"], "tag": "API"}},
+  "stats": {{}},
+  "policy": {{
+    "levels": {{"0": {{"statsUserUplink": true, "statsUserDownlink": true}}}},
+    "system": {{"statsInboundDownlink": false, "statsInboundUplink": false,
+                "statsOutboundDownlink": true, "statsOutboundUplink": true}}
+  }}
+}}"#
+    );
+    both_accept("marzban-core", &cfg);
+    let _f = ferry(&cfg, &[api, port]);
+}
