@@ -4,6 +4,7 @@ pub mod api;
 pub mod dispatcher;
 pub mod instance;
 pub mod log;
+pub mod mask;
 pub mod metrics;
 pub mod policy;
 pub mod router;

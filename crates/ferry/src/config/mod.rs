@@ -260,10 +260,11 @@ impl Config {
         let root = Obj::new(v, "", diag)?;
         let log = match root.obj("log")? {
             Some(l) => {
-                let c = LogConfig {
+                let mut c = LogConfig {
                     level: l.str("loglevel")?.unwrap_or_else(|| "warning".into()),
                     access: l.str("access")?,
                     error: l.str("error")?,
+                    mask: None,
                 };
                 if !["debug", "info", "warning", "error", "none"]
                     .contains(&c.level.to_ascii_lowercase().as_str())
@@ -273,12 +274,11 @@ impl Config {
                         format!("unknown level {:?}", c.level),
                     ));
                 }
-                if let Some(m) = l.str("maskAddress")?.filter(|m| !m.is_empty()) {
-                    return Err(ConfigError::new(
-                        l.key_path("maskAddress"),
-                        format!("masking addresses in logs ({m:?}) is not supported yet"),
-                    ));
-                }
+                c.mask = match l.str("maskAddress")? {
+                    Some(m) => crate::app::mask::Mask::parse(&m)
+                        .map_err(|e| ConfigError::new(l.key_path("maskAddress"), e))?,
+                    None => None,
+                };
                 if l.bool("dnsLog")? == Some(true) {
                     diag.warn(
                         &l.key_path("dnsLog"),
@@ -724,12 +724,17 @@ mod tests {
         let tags: Vec<_> = c.outbounds.iter().map(|o| o.tag.as_str()).collect();
         assert_eq!(tags, ["direct", "metrics_out", "api"]);
         assert_eq!(c.metrics, None);
+        let half = load(json!({"log": {"maskAddress": "half"}}))
+            .unwrap()
+            .log
+            .mask;
+        assert_eq!(half, Some(crate::app::mask::Mask { v4: 16, v6: 32 }));
         assert_eq!(
-            load(json!({"log": {"maskAddress": "half"}}))
+            load(json!({"log": {"maskAddress": "/12"}}))
                 .err()
                 .unwrap()
-                .to_string(),
-            "log.maskAddress: masking addresses in logs (\"half\") is not supported yet"
+                .path,
+            "log.maskAddress"
         );
         assert_eq!(load(json!({"metrics": {}})).err().unwrap().path, "metrics");
         let v = json!({"metrics": {"tag": "direct"}, "outbounds": [{"protocol": "freedom", "tag": "direct"}]});
