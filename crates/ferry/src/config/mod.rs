@@ -393,6 +393,14 @@ impl Config {
                 m.ignore(&["concurrency", "xudpConcurrency", "xudpProxyUDP443"]);
                 m.finish();
             }
+            if let Some(t) = o.str("targetStrategy")? {
+                if !t.is_empty() && !t.eq_ignore_ascii_case("asis") {
+                    return Err(ConfigError::new(
+                        o.key_path("targetStrategy"),
+                        format!("{t:?} on the outbound is not supported yet (freedom's settings.domainStrategy is)"),
+                    ));
+                }
+            }
             let mut ss = ss;
             if let Some(p) = o.obj("proxySettings")? {
                 let t = p
@@ -514,6 +522,7 @@ impl Config {
                     "metadataOnly",
                     "routeOnly",
                     "domainsExcluded",
+                    "ipsExcluded",
                 ]);
                 s.finish();
             }
@@ -702,6 +711,11 @@ mod tests {
         assert_eq!(d.take(), Vec::<String>::new());
         let users = c.inbounds[1].handler.users().unwrap().list_users();
         assert_eq!(&*users[0].email, "a@b");
+        let v = json!({"outbounds": [{"protocol": "freedom", "targetStrategy": "UseIP"}]});
+        assert_eq!(load(v).err().unwrap().path, "outbounds[0].targetStrategy");
+        assert!(
+            load(json!({"outbounds": [{"protocol": "freedom", "targetStrategy": "AsIs"}]})).is_ok()
+        );
         let v = json!({"outbounds": [{"protocol": "freedom", "settings": {"targetStrategy": "Sideways"}}]});
         assert_eq!(
             load(v).err().unwrap().path,
