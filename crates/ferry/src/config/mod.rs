@@ -5,6 +5,7 @@
 
 pub mod json;
 pub mod reader;
+pub mod services;
 pub mod stream;
 
 use std::collections::HashSet;
@@ -258,38 +259,7 @@ impl Config {
     /// Reads a merged JSON document into a config; warnings go to `diag`.
     pub fn from_value(v: &Value, diag: &Diagnostics) -> reader::Result<Config> {
         let root = Obj::new(v, "", diag)?;
-        let log = match root.obj("log")? {
-            Some(l) => {
-                let mut c = LogConfig {
-                    level: l.str("loglevel")?.unwrap_or_else(|| "warning".into()),
-                    access: l.str("access")?,
-                    error: l.str("error")?,
-                    mask: None,
-                };
-                if !["debug", "info", "warning", "error", "none"]
-                    .contains(&c.level.to_ascii_lowercase().as_str())
-                {
-                    return Err(ConfigError::new(
-                        l.key_path("loglevel"),
-                        format!("unknown level {:?}", c.level),
-                    ));
-                }
-                c.mask = match l.str("maskAddress")? {
-                    Some(m) => crate::app::mask::Mask::parse(&m)
-                        .map_err(|e| ConfigError::new(l.key_path("maskAddress"), e))?,
-                    None => None,
-                };
-                if l.bool("dnsLog")? == Some(true) {
-                    diag.warn(
-                        &l.key_path("dnsLog"),
-                        "Ferry has no DNS client yet, so there are no queries to log",
-                    );
-                }
-                l.finish();
-                c
-            }
-            None => LogConfig::default(),
-        };
+        let log = services::parse_log(&root, diag)?;
         let policy = match root.obj("policy")? {
             Some(p) => {
                 let r = Policy::parse(&p)?;
@@ -309,62 +279,7 @@ impl Config {
             stats: stats.clone(),
             policy: policy.clone(),
         };
-        // `metrics.tag` (and `api.tag`) name outbounds a routing rule can send connections to.
-        let mut special_outbounds: Vec<(String, String, &str, Arc<dyn OutboundHandler>)> =
-            Vec::new();
-        let metrics = match root.obj("metrics")? {
-            Some(m) => {
-                let addr = match m.str("listen")?.filter(|l| !l.is_empty()) {
-                    Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
-                        ConfigError::new(
-                            m.key_path("listen"),
-                            format!("{l:?} is not an ip:port address"),
-                        )
-                    })?),
-                    None => None,
-                };
-                let tag = m.str("tag")?.filter(|t| !t.is_empty());
-                if addr.is_none() && tag.is_none() {
-                    return Err(ConfigError::new(
-                        m.path(),
-                        "needs a tag or a listen address",
-                    ));
-                }
-                if let Some(t) = tag {
-                    let stats = stats.clone().unwrap_or_default();
-                    special_outbounds.push((
-                        m.key_path("tag"),
-                        t,
-                        "metrics",
-                        Arc::new(crate::app::metrics::MetricsOutbound { stats }),
-                    ));
-                }
-                m.finish();
-                addr
-            }
-            None => None,
-        };
-        if let Some(a) = root.obj("api")? {
-            let tag = a.str("tag")?.filter(|t| !t.is_empty());
-            diag.warn(
-                a.path(),
-                match tag {
-                    Some(_) => "the gRPC API is not supported yet; connections routed to its tag are refused",
-                    None => "the gRPC API is not supported yet; ignored",
-                },
-            );
-            if let Some(t) = tag {
-                special_outbounds.push((
-                    a.key_path("tag"),
-                    t,
-                    "api",
-                    Arc::new(crate::app::api::ApiOutbound),
-                ));
-            }
-            a.ignore(&["listen", "services"]);
-            a.finish();
-        }
-
+        let (metrics, special_outbounds) = services::parse_services(&root, &stats, diag)?;
         let mut outbounds = Vec::new();
         let mut tags = HashSet::new();
         // The registry chained outbounds dial through; the instance fills it.
