@@ -1,7 +1,8 @@
 //! Xray-shaped JSON configuration: reading, validation with JSON-path errors, typed results.
 //!
 //! Every protocol reads its own `settings` through [`reader::Obj`]; this module reads the
-//! frame around them (`log`, `inbounds`, `outbounds`, `routing`, `policy`, `stats`, `metrics`).
+//! frame around them (`inbounds`, `outbounds`, `routing`, `policy`, `stats`), and
+//! [`services`] reads `log`, `metrics` and `api`.
 
 pub mod json;
 pub mod reader;
