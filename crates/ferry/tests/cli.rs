@@ -442,3 +442,40 @@ fn access_log_lines_in_xray_format() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `log.maskAddress` (3x-ui writes it): access-log addresses keep only the bits it says.
+#[test]
+fn access_log_masks_addresses() {
+    let echo = echo_server();
+    let p = free_port();
+    let dir = tempdir::Dir::new("mask");
+    let log = dir.path().join("access.log");
+    let cfg = format!(
+        r#"{{"log":{{"access":"{}","maskAddress":"half"}},
+            "inbounds":[{}],"outbounds":[{{"tag":"direct","protocol":"freedom"}}]}}"#,
+        log.display(),
+        dokodemo("in", p, echo.port()),
+    );
+    let f = ferry(&cfg, &[p]);
+    let c = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    let src = c.local_addr().unwrap().port();
+    assert!(echo_through(c, b"ping") == b"ping");
+    let want = format!(
+        "from 127.0.*.*:{src} accepted tcp:127.0.*.*:{} [in >> direct]",
+        echo.port()
+    );
+    let t = Instant::now();
+    loop {
+        let content = std::fs::read_to_string(&log).unwrap_or_default();
+        if content.lines().any(|l| l.ends_with(&want)) {
+            assert!(!content.contains("127.0.0.1"), "unmasked:\n{content}");
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "want {want} in\n{content}\n{}",
+            f.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

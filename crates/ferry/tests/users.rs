@@ -189,3 +189,78 @@ async fn users_come_and_go_while_others_transfer() {
         assert_eq!(get(email, "downlink"), n as u64, "{email} downlink");
     }
 }
+
+/// Whether the server keeps a connection open (neither data nor EOF) for `wait` after it was
+/// sent `junk`: the drain a failed handshake gets instead of a telling close.
+async fn kept_open(port: u16, junk: &[u8], wait: Duration) -> bool {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(junk).await.unwrap();
+    let mut b = [0u8; 16];
+    tokio::time::timeout(wait, s.read(&mut b)).await.is_err()
+}
+
+/// Marzban's inbound shapes: a Shadowsocks inbound with `"clients": []` and no server-level
+/// method, and a VMess inbound with no clients, start with nobody; the panel then adds users
+/// (each Shadowsocks user with its own method), and their bytes go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbounds_that_start_empty_serve_users_added_later() {
+    let echo = echo_server().await;
+    let (sport, vport) = (free_port(), free_port());
+    let server = start(json!({
+        "inbounds": [
+            {"tag": "ss", "listen": "127.0.0.1", "port": sport, "protocol": "shadowsocks",
+             "settings": {"clients": [], "network": "tcp,udp"}},
+            {"tag": "vm", "listen": "127.0.0.1", "port": vport, "protocol": "vmess",
+             "settings": {"clients": []}}
+        ],
+        "outbounds": [{"protocol": "freedom"}]
+    }))
+    .await;
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let doko = |tag: &str, port: u16| {
+        json!({"tag": tag, "listen": "127.0.0.1", "port": port, "protocol": "tunnel",
+               "settings": {"rewriteAddress": "127.0.0.1", "rewritePort": echo.port()}})
+    };
+    let ss = |tag: &str, method: &str, pw: &str| {
+        json!({"tag": tag, "protocol": "shadowsocks",
+               "settings": {"address": "127.0.0.1", "port": sport, "method": method, "password": pw}})
+    };
+    let rule = |t: &str| json!({"inboundTag": [t], "outboundTag": t});
+    let _client = start(json!({
+        "inbounds": [doko("a", ports[0]), doko("b", ports[1]), doko("v", ports[2])],
+        "outbounds": [
+            ss("a", "aes-128-gcm", "pa"),
+            ss("b", "chacha20-ietf-poly1305", "pb"),
+            {"tag": "v", "protocol": "vmess",
+             "settings": {"address": "127.0.0.1", "port": vport, "id": VA}}
+        ],
+        "routing": {"rules": [rule("a"), rule("b"), rule("v")]}
+    }))
+    .await;
+
+    let (sin, vin) = (server.inbound("ss").unwrap(), server.inbound("vm").unwrap());
+    let su = sin.handler.users().unwrap();
+    let vu = vin.handler.users().unwrap();
+    assert!(su.list_users().is_empty() && vu.list_users().is_empty());
+    // With nobody to match, a handshake fails the way a wrong key does: drained, not closed.
+    assert!(!echoes(ports[0]).await, "no Shadowsocks user yet");
+    assert!(!echoes(ports[2]).await, "no VMess user yet");
+    assert!(kept_open(sport, &[0x55; 100], Duration::from_millis(500)).await);
+
+    su.add_user(&json!({"method": "aes-128-gcm", "password": "pa", "email": "a"}))
+        .unwrap();
+    let d = pattern(1 << 20, 5);
+    assert!(slow_echo(ports[0], d.clone(), 4, Duration::ZERO).await == d);
+    assert!(!echoes(ports[1]).await, "b is not a user yet");
+    su.add_user(&json!({"method": "chacha20-ietf-poly1305", "password": "pb", "email": "b"}))
+        .unwrap();
+    assert!(slow_echo(ports[1], d.clone(), 4, Duration::ZERO).await == d);
+    assert!(
+        su.add_user(&json!({"password": "pc", "email": "c"}))
+            .is_err(),
+        "no server-level method: a user must name one"
+    );
+
+    vu.add_user(&json!({"id": VA, "email": "v"})).unwrap();
+    assert!(slow_echo(ports[2], d.clone(), 4, Duration::ZERO).await == d);
+}

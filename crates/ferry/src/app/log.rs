@@ -1,7 +1,11 @@
 //! Logging set-up (`log.loglevel`, `log.error`) and the access log in Xray's format.
 
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+
+use super::mask::Mask;
 
 use crate::proxy::Session;
 
@@ -14,6 +18,8 @@ pub struct LogConfig {
     pub access: Option<String>,
     /// Error log path: `None` = stderr.
     pub error: Option<String>,
+    /// `maskAddress`: how much of each IP address both logs keep.
+    pub mask: Option<super::mask::Mask>,
 }
 
 impl Default for LogConfig {
@@ -22,6 +28,7 @@ impl Default for LogConfig {
             level: "warning".into(),
             access: None,
             error: None,
+            mask: None,
         }
     }
 }
@@ -40,29 +47,69 @@ pub fn init(cfg: &LogConfig) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
-    let res = match cfg.error.as_deref() {
+    let file = match cfg.error.as_deref() {
         Some(p) if !p.is_empty() && p != "none" => match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(p)
         {
-            Ok(f) => builder
-                .with_ansi(false)
-                .with_writer(Mutex::new(f))
-                .try_init(),
+            Ok(f) => Some(Arc::new(Mutex::new(f))),
             Err(e) => {
                 eprintln!("log.error: cannot open {p}: {e}; logging to stderr");
-                builder.with_writer(std::io::stderr).try_init()
+                None
             }
         },
-        _ => builder.with_writer(std::io::stderr).try_init(),
+        _ => None,
     };
+    let ansi = file.is_none();
+    let mask = cfg.mask;
+    let writer = BoxMakeWriter::new(move || -> Box<dyn Write> {
+        let out: Box<dyn Write> = match &file {
+            Some(f) => Box::new(Shared(f.clone())),
+            None => Box::new(std::io::stderr()),
+        };
+        match mask {
+            Some(mask) => Box::new(Masked { inner: out, mask }),
+            None => out,
+        }
+    });
+    let res = builder.with_ansi(ansi).with_writer(writer).try_init();
     let _ = res;
+}
+
+/// The error-log file, shared by the writers tracing makes per event.
+struct Shared(Arc<Mutex<std::fs::File>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).write(b)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).flush()
+    }
+}
+
+/// Masks the addresses in what is written through it (tracing writes each event at once).
+struct Masked {
+    inner: Box<dyn Write>,
+    mask: Mask,
+}
+
+impl Write for Masked {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(b);
+        self.inner.write_all(self.mask.apply(&text).as_bytes())?;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The access log: one line per dispatched session, as Xray writes it.
 pub struct AccessLog {
     out: Option<Mutex<Box<dyn Write + Send>>>,
+    mask: Option<Mask>,
 }
 
 impl AccessLog {
@@ -79,11 +126,15 @@ impl AccessLog {
         };
         Ok(AccessLog {
             out: out.map(Mutex::new),
+            mask: cfg.mask,
         })
     }
 
     pub fn disabled() -> AccessLog {
-        AccessLog { out: None }
+        AccessLog {
+            out: None,
+            mask: None,
+        }
     }
 
     /// `from SRC accepted tcp:DST [inbound -> outbound] email: E`, as Xray writes it: `->` when a
@@ -92,6 +143,7 @@ impl AccessLog {
     pub fn accepted(&self, s: &Session, outbound: &str, routed: bool) {
         let Some(out) = &self.out else { return };
         let line = format!("{} {}\n", timestamp(), accepted_line(s, outbound, routed));
+        let line = self.masked(line);
         if let Ok(mut w) = out.lock() {
             let _ = w.write_all(line.as_bytes());
             let _ = w.flush();
@@ -101,9 +153,18 @@ impl AccessLog {
     /// `from SRC rejected REASON`
     pub fn rejected(&self, source: &crate::session::Endpoint, reason: &str) {
         let Some(out) = &self.out else { return };
+        let line = format!("{} from {} rejected {}\n", timestamp(), source, reason);
+        let line = self.masked(line);
         if let Ok(mut w) = out.lock() {
-            let _ = writeln!(w, "{} from {} rejected {}", timestamp(), source, reason);
+            let _ = w.write_all(line.as_bytes());
             let _ = w.flush();
+        }
+    }
+
+    fn masked(&self, line: String) -> String {
+        match &self.mask {
+            Some(m) => m.apply(&line),
+            None => line,
         }
     }
 }

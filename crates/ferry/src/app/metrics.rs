@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::app::stats::Stats;
@@ -57,43 +57,74 @@ pub fn prometheus(stats: &Stats) -> String {
 /// Serves the endpoint until the task is dropped.
 pub async fn serve(listener: TcpListener, stats: Arc<Stats>) {
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
+        let Ok((sock, _)) = listener.accept().await else {
             continue;
         };
-        let stats = stats.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut n = 0;
-            let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                while n < buf.len() {
-                    let m = sock.read(&mut buf[n..]).await?;
-                    if m == 0 {
-                        break;
-                    }
-                    n += m;
-                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
+        tokio::spawn(serve_conn(sock, stats.clone()));
+    }
+}
+
+/// Answers one HTTP request on `sock` (a TCP connection, or the in-memory stream the
+/// metrics outbound hands to a routed connection).
+pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut sock: S, stats: Arc<Stats>) {
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while n < buf.len() {
+            let m = sock.read(&mut buf[n..]).await?;
+            if m == 0 {
+                break;
             }
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let path = head.split_whitespace().nth(1).unwrap_or("/");
-            let (status, ctype, body) = match path.split('?').next().unwrap_or("/") {
-                "/debug/vars" => ("200 OK", "application/json", debug_vars(&stats).to_string()),
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", prometheus(&stats)),
-                _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(resp.as_bytes()).await;
-        });
+            n += m;
+            if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+    if !matches!(read, Ok(Ok(()))) {
+        return;
+    }
+    let head = String::from_utf8_lossy(&buf[..n]);
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let (status, ctype, body) = match path.split('?').next().unwrap_or("/") {
+        "/debug/vars" => ("200 OK", "application/json", debug_vars(&stats).to_string()),
+        "/metrics" => ("200 OK", "text/plain; version=0.0.4", prometheus(&stats)),
+        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = sock.write_all(resp.as_bytes()).await;
+    let _ = sock.shutdown().await;
+}
+
+/// The outbound `metrics.tag` names (as in Xray): a connection routed to it is answered by the
+/// metrics endpoint itself, so an inbound can serve metrics without `metrics.listen`.
+pub struct MetricsOutbound {
+    pub stats: Arc<Stats>,
+}
+
+#[async_trait::async_trait]
+impl crate::transport::Dialer for MetricsOutbound {
+    async fn dial_tcp(
+        &self,
+        _dest: &crate::common::Destination,
+    ) -> std::io::Result<crate::transport::BoxStream> {
+        let (ours, theirs) = tokio::io::duplex(16 * 1024);
+        tokio::spawn(serve_conn(ours, self.stats.clone()));
+        Ok(Box::new(theirs))
+    }
+
+    async fn dial_udp(
+        &self,
+        _dest: &crate::common::Destination,
+    ) -> std::io::Result<Box<dyn crate::transport::PacketConn>> {
+        Err(std::io::Error::other(
+            "the metrics outbound serves TCP only",
+        ))
     }
 }
 

@@ -1,8 +1,10 @@
 //! The running instance: dispatcher, router, stats, metrics, and the listeners.
 
+pub mod api;
 pub mod dispatcher;
 pub mod instance;
 pub mod log;
+pub mod mask;
 pub mod metrics;
 pub mod policy;
 pub mod router;

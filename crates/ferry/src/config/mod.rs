@@ -1,10 +1,12 @@
 //! Xray-shaped JSON configuration: reading, validation with JSON-path errors, typed results.
 //!
 //! Every protocol reads its own `settings` through [`reader::Obj`]; this module reads the
-//! frame around them (`log`, `inbounds`, `outbounds`, `routing`, `policy`, `stats`, `metrics`).
+//! frame around them (`inbounds`, `outbounds`, `routing`, `policy`, `stats`), and
+//! [`services`] reads `log`, `metrics` and `api`.
 
 pub mod json;
 pub mod reader;
+pub mod services;
 pub mod stream;
 
 use std::collections::HashSet;
@@ -258,27 +260,7 @@ impl Config {
     /// Reads a merged JSON document into a config; warnings go to `diag`.
     pub fn from_value(v: &Value, diag: &Diagnostics) -> reader::Result<Config> {
         let root = Obj::new(v, "", diag)?;
-        let log = match root.obj("log")? {
-            Some(l) => {
-                let c = LogConfig {
-                    level: l.str("loglevel")?.unwrap_or_else(|| "warning".into()),
-                    access: l.str("access")?,
-                    error: l.str("error")?,
-                };
-                if !["debug", "info", "warning", "error", "none"]
-                    .contains(&c.level.to_ascii_lowercase().as_str())
-                {
-                    return Err(ConfigError::new(
-                        l.key_path("loglevel"),
-                        format!("unknown level {:?}", c.level),
-                    ));
-                }
-                l.ignore(&["dnsLog", "maskAddress"]);
-                l.finish();
-                c
-            }
-            None => LogConfig::default(),
-        };
+        let log = services::parse_log(&root, diag)?;
         let policy = match root.obj("policy")? {
             Some(p) => {
                 let r = Policy::parse(&p)?;
@@ -298,26 +280,7 @@ impl Config {
             stats: stats.clone(),
             policy: policy.clone(),
         };
-        let metrics = match root.obj("metrics")? {
-            Some(m) => {
-                m.ignore(&["tag"]);
-                let addr = match m.str("listen")? {
-                    Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
-                        ConfigError::new(m.key_path("listen"), format!("{l:?} is not an ip:port address"))
-                    })?),
-                    None => {
-                        return Err(ConfigError::new(
-                            m.path(),
-                            "metrics through a tagged dokodemo inbound is not supported yet; set metrics.listen",
-                        ))
-                    }
-                };
-                m.finish();
-                addr
-            }
-            None => None,
-        };
-
+        let (metrics, special_outbounds) = services::parse_services(&root, &stats, diag)?;
         let mut outbounds = Vec::new();
         let mut tags = HashSet::new();
         // The registry chained outbounds dial through; the instance fills it.
@@ -345,6 +308,14 @@ impl Config {
                 }
                 m.ignore(&["concurrency", "xudpConcurrency", "xudpProxyUDP443"]);
                 m.finish();
+            }
+            if let Some(t) = o.str("targetStrategy")? {
+                if !t.is_empty() && !t.eq_ignore_ascii_case("asis") {
+                    return Err(ConfigError::new(
+                        o.key_path("targetStrategy"),
+                        format!("{t:?} on the outbound is not supported yet (freedom's settings.domainStrategy is)"),
+                    ));
+                }
             }
             let mut ss = ss;
             if let Some(p) = o.obj("proxySettings")? {
@@ -412,6 +383,19 @@ impl Config {
                 handler: Arc::new(proxy::freedom::Freedom::default()),
             });
         }
+        for (path, tag, protocol, handler) in special_outbounds {
+            if !tags.insert(tag.clone()) {
+                return Err(ConfigError::new(
+                    path,
+                    format!("outbound tag {tag:?} is already taken"),
+                ));
+            }
+            outbounds.push(Outbound {
+                tag,
+                protocol: protocol.into(),
+                handler,
+            });
+        }
         check_chains(&chains, &tags)?;
 
         let mut inbounds = Vec::new();
@@ -454,6 +438,7 @@ impl Config {
                     "metadataOnly",
                     "routeOnly",
                     "domainsExcluded",
+                    "ipsExcluded",
                 ]);
                 s.finish();
             }
@@ -510,13 +495,7 @@ impl Config {
             "observatory",
             "burstObservatory",
         ]);
-        for k in [
-            "api",
-            "reverse",
-            "fakedns",
-            "observatory",
-            "burstObservatory",
-        ] {
+        for k in ["reverse", "fakedns", "observatory", "burstObservatory"] {
             if root.has(k) {
                 diag.warn(&root.key_path(k), "not supported yet; ignored");
             }
@@ -632,5 +611,63 @@ mod tests {
         assert!(d
             .take()
             .contains(&"outbounds[0].bogus: unknown field, ignored".to_string()));
+    }
+
+    #[test]
+    fn xray_current_spellings_are_accepted() {
+        let d = Diagnostics::default();
+        let v = json!({
+            "inbounds": [
+                {"tag": "t", "port": 1, "protocol": "tunnel",
+                 "settings": {"rewriteAddress": "127.0.0.1", "rewritePort": 2, "allowedNetwork": "tcp,udp"}},
+                {"tag": "v", "port": 3, "protocol": "vmess",
+                 "settings": {"users": [{"id": "27848739-7e62-4138-9fd3-098a63964b6b", "email": "a@b"}]}}],
+            "outbounds": [{"protocol": "freedom", "settings": {"targetStrategy": "UseIPv4"}}]});
+        let c = Config::from_value(&v, &d).unwrap();
+        assert_eq!(d.take(), Vec::<String>::new());
+        let users = c.inbounds[1].handler.users().unwrap().list_users();
+        assert_eq!(&*users[0].email, "a@b");
+        let v = json!({"outbounds": [{"protocol": "freedom", "targetStrategy": "UseIP"}]});
+        assert_eq!(load(v).err().unwrap().path, "outbounds[0].targetStrategy");
+        assert!(
+            load(json!({"outbounds": [{"protocol": "freedom", "targetStrategy": "AsIs"}]})).is_ok()
+        );
+        let v = json!({"outbounds": [{"protocol": "freedom", "settings": {"targetStrategy": "Sideways"}}]});
+        assert_eq!(
+            load(v).err().unwrap().path,
+            "outbounds[0].settings.targetStrategy"
+        );
+    }
+
+    #[test]
+    fn log_metrics_and_api_as_panels_write_them() {
+        let d = Diagnostics::default();
+        let v = json!({
+            "log": {"access": "none", "dnsLog": false, "error": "", "loglevel": "warning", "maskAddress": ""},
+            "api": {"tag": "api", "services": ["HandlerService", "StatsService"]},
+            "metrics": {"tag": "metrics_out"},
+            "stats": {},
+            "outbounds": [{"protocol": "freedom", "tag": "direct"}],
+            "routing": {"rules": [{"inboundTag": ["api"], "outboundTag": "api"},
+                                  {"inboundTag": ["m"], "outboundTag": "metrics_out"}]}});
+        let c = Config::from_value(&v, &d).unwrap();
+        let tags: Vec<_> = c.outbounds.iter().map(|o| o.tag.as_str()).collect();
+        assert_eq!(tags, ["direct", "metrics_out", "api"]);
+        assert_eq!(c.metrics, None);
+        let half = load(json!({"log": {"maskAddress": "half"}}))
+            .unwrap()
+            .log
+            .mask;
+        assert_eq!(half, Some(crate::app::mask::Mask { v4: 16, v6: 32 }));
+        assert_eq!(
+            load(json!({"log": {"maskAddress": "/12"}}))
+                .err()
+                .unwrap()
+                .path,
+            "log.maskAddress"
+        );
+        assert_eq!(load(json!({"metrics": {}})).err().unwrap().path, "metrics");
+        let v = json!({"metrics": {"tag": "direct"}, "outbounds": [{"protocol": "freedom", "tag": "direct"}]});
+        assert_eq!(load(v).err().unwrap().path, "metrics.tag");
     }
 }

@@ -1,5 +1,10 @@
-//! `dokodemo-door` (alias `tunnel`): forwards everything arriving on a port to one fixed address.
+//! `tunnel` (Xray's current name; also `dokodemo-door`): forwards everything arriving on a port
+//! to one address. Xray's fields: `rewriteAddress`/`rewritePort`/`allowedNetwork`, with the
+//! older `address`/`port`/`network` taking precedence when both are given. Without an address
+//! the target is the loopback address of the connection's family, without a port the port the
+//! connection arrived on; `portMap` picks the target by that port.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,48 +13,147 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::net::UdpSocket;
 
-use super::{Accepted, InboundBuild, InboundCtx, InboundHandler};
+use super::{Accepted, Endpoint, InboundBuild, InboundCtx, InboundHandler};
 use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::{Address, Destination, Network};
-use crate::config::reader::{ConfigError, Obj, Result};
+use crate::config::reader::{as_str, ConfigError, Obj, Result};
 use crate::transport::BoxStream;
 
+/// An address and port where either may be left to the connection.
+type Target = (Option<Address>, Option<u16>);
+
 pub struct Dokodemo {
-    dest: Destination,
+    target: Target,
+    /// `portMap`: local port -> target, overriding `target` for connections on that port.
+    port_map: HashMap<u16, Target>,
     networks: Vec<Network>,
+    /// `userLevel`: the policy level of its sessions.
+    level: u32,
+}
+
+/// Reads `"host:port"`, where either side may be empty (`":80"`, `"10.0.0.1:"`), as Xray's
+/// `portMap` values.
+fn parse_host_port(s: &str, path: &str) -> Result<Target> {
+    let bad = || ConfigError::new(path, format!("{s:?} is not host:port"));
+    let (h, p) = s.rsplit_once(':').ok_or_else(bad)?;
+    let h = h.trim_start_matches('[').trim_end_matches(']');
+    let port = match p {
+        "" => None,
+        p => Some(p.parse::<u16>().map_err(|_| bad())?).filter(|p| *p != 0),
+    };
+    Ok(((!h.is_empty()).then(|| Address::parse(h)), port))
 }
 
 pub fn build(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
-    let addr = o
-        .str("address")?
-        .ok_or_else(|| ConfigError::new(o.key_path("address"), "is required"))?;
-    let port = o
-        .port("port")?
-        .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
+    Ok(Arc::new(parse(o)?))
+}
+
+fn parse(o: &Obj<'_>) -> Result<Dokodemo> {
+    // Both spellings are read (so neither is reported unknown); the older one wins, as in Xray.
+    let rewrite_addr = o.str("rewriteAddress")?;
+    let rewrite_port = o.u64("rewritePort")?;
+    let rewrite_nets = o.str_list("allowedNetwork")?;
+    let addr = o.str("address")?.or(rewrite_addr).filter(|a| !a.is_empty());
+    let port_key = if o.has("port") { "port" } else { "rewritePort" };
+    let port = match o.u64("port")?.filter(|p| *p != 0).or(rewrite_port) {
+        None | Some(0) => None,
+        Some(p) => Some(u16::try_from(p).map_err(|_| {
+            ConfigError::new(
+                o.key_path(port_key),
+                format!("port must be 1-65535, found {p}"),
+            )
+        })?),
+    };
+    let net_key = if o.has("network") {
+        "network"
+    } else {
+        "allowedNetwork"
+    };
     let mut networks = Vec::new();
-    for n in o.str_list("network")?.unwrap_or_else(|| vec!["tcp".into()]) {
+    let nets = o.str_list("network")?.or(rewrite_nets);
+    for n in nets.unwrap_or_else(|| vec!["tcp".into()]) {
         match n.to_ascii_lowercase().as_str() {
             "tcp" => networks.push(Network::Tcp),
             "udp" => networks.push(Network::Udp),
             other => {
                 return Err(ConfigError::new(
-                    o.key_path("network"),
+                    o.key_path(net_key),
                     format!("unknown network {other:?}"),
                 ))
             }
         }
     }
+    if networks.is_empty() {
+        return Err(ConfigError::new(o.key_path(net_key), "no network given"));
+    }
     if o.bool("followRedirect")?.unwrap_or(false) {
         return Err(ConfigError::new(
             o.key_path("followRedirect"),
-            "transparent proxying is not supported yet",
+            "transparent proxying (followRedirect) is not supported yet",
         ));
     }
-    o.ignore(&["userLevel", "timeout", "portMap"]);
-    Ok(Arc::new(Dokodemo {
-        dest: Destination::new(Address::parse(&addr), port),
+    let mut port_map = HashMap::new();
+    if let Some((p, v)) = o.get("portMap") {
+        let Some(m) = v.as_object() else {
+            return Err(ConfigError::new(
+                p,
+                "expected an object of local ports to \"host:port\"",
+            ));
+        };
+        for (k, v) in m {
+            let path = format!("{p}.{k}");
+            let local = k
+                .trim()
+                .parse::<u16>()
+                .map_err(|_| ConfigError::new(path.as_str(), format!("{k:?} is not a port")))?;
+            let t = parse_host_port(as_str(v, &path)?, &path)?;
+            if t.0.is_some() || t.1.is_some() {
+                port_map.insert(local, t);
+            }
+        }
+    }
+    let level = super::socks::user_level(o)?;
+    o.ignore(&["timeout"]);
+    Ok(Dokodemo {
+        target: (addr.as_deref().map(Address::parse), port),
+        port_map,
         networks,
-    }))
+        level,
+    })
+}
+
+impl Dokodemo {
+    /// A session to `dest`, at `userLevel`'s policy (an anonymous user carries the level, as
+    /// on the SOCKS inbound).
+    fn session(&self, ctx: &InboundCtx, dest: Destination, net: Network) -> crate::proxy::Session {
+        let mut s = ctx.session(dest, net, "dokodemo-door");
+        if self.level != 0 {
+            s.user = Some(crate::proxy::User::new("", self.level));
+        }
+        s
+    }
+
+    /// Where a connection that arrived on `local` goes (Xray's rules for absent fields).
+    fn dest(&self, local: &Endpoint) -> io::Result<Destination> {
+        let (lip, lport) = match local {
+            Endpoint::Ip(a) => (Some(a.ip()), Some(a.port())),
+            Endpoint::Unix(_) => (None, None),
+        };
+        let (mut addr, mut port) = self.target.clone();
+        if let Some((a, p)) = lport.and_then(|p| self.port_map.get(&p)) {
+            addr = a.clone().or(addr);
+            port = p.or(port);
+        }
+        let addr = addr.unwrap_or_else(|| match lip {
+            Some(ip) if ip.is_ipv4() => Address::Ip([127, 0, 0, 1].into()),
+            Some(_) => Address::Ip(std::net::Ipv6Addr::LOCALHOST.into()),
+            None => Address::Domain("localhost".into()),
+        });
+        let port = port.or(lport).ok_or_else(|| {
+            io::Error::other("tunnel: no port to forward to (set rewritePort for a unix listener)")
+        })?;
+        Ok(Destination::new(addr, port))
+    }
 }
 
 struct Reply(Arc<UdpSocket>);
@@ -67,7 +171,8 @@ impl InboundHandler for Dokodemo {
         if !self.networks.contains(&Network::Tcp) {
             return Ok(Accepted::Done);
         }
-        let s = ctx.session(self.dest.clone(), Network::Tcp, "dokodemo-door");
+        let dest = self.dest(&ctx.info.local)?;
+        let s = self.session(ctx, dest, Network::Tcp);
         Ok(Accepted::Stream(s, stream))
     }
 
@@ -76,7 +181,8 @@ impl InboundHandler for Dokodemo {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.policy.level(0).conn_idle;
+        let idle = ctx.dispatcher.policy.level(self.level).conn_idle;
+        let dest = self.dest(&Endpoint::Ip(socket.local_addr()?))?;
         let nat = UdpNat::new(
             ctx.dispatcher.clone(),
             Arc::new(Reply(socket.clone())),
@@ -86,9 +192,93 @@ impl InboundHandler for Dokodemo {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {
             let (n, from) = socket.recv_from(&mut buf).await?;
-            let mut s = ctx.session(self.dest.clone(), Network::Udp, "dokodemo-door");
+            let mut s = self.session(&ctx, dest.clone(), Network::Udp);
             s.source = from.into();
             nat.send(from, s, Bytes::copy_from_slice(&buf[..n]));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Diagnostics;
+    use serde_json::json;
+
+    fn parsed(v: serde_json::Value) -> Result<Dokodemo> {
+        let d = Diagnostics::default();
+        let o = Obj::new(&v, "inbounds[0].settings", &d)?;
+        let r = parse(&o)?;
+        o.finish();
+        assert_eq!(d.take(), Vec::<String>::new(), "unknown fields in {v}");
+        Ok(r)
+    }
+
+    fn dest(v: serde_json::Value, local: &str) -> String {
+        let local = Endpoint::Ip(local.parse().unwrap());
+        parsed(v).unwrap().dest(&local).unwrap().to_string()
+    }
+
+    #[test]
+    fn both_spellings_and_the_older_one_wins() {
+        let v =
+            json!({"rewriteAddress": "10.0.0.1", "rewritePort": 53, "allowedNetwork": "tcp,udp"});
+        assert_eq!(dest(v.clone(), "127.0.0.1:1000"), "10.0.0.1:53");
+        assert_eq!(parsed(v).unwrap().networks, [Network::Tcp, Network::Udp]);
+        let v = json!({"address": "1.1.1.1", "port": 80, "network": "udp",
+            "rewriteAddress": "10.0.0.1", "rewritePort": 53, "allowedNetwork": "tcp"});
+        assert_eq!(dest(v.clone(), "127.0.0.1:1000"), "1.1.1.1:80");
+        assert_eq!(parsed(v).unwrap().networks, [Network::Udp]);
+        assert_eq!(parsed(json!({"userLevel": 2})).unwrap().level, 2);
+    }
+
+    #[test]
+    fn absent_address_and_port_come_from_the_connection() {
+        // 3x-ui's API inbound: no port, so the port the connection arrived on.
+        assert_eq!(
+            dest(json!({"rewriteAddress": "127.0.0.1"}), "10.1.2.3:62789"),
+            "127.0.0.1:62789"
+        );
+        assert_eq!(dest(json!({"port": 22}), "10.1.2.3:5000"), "127.0.0.1:22");
+        assert_eq!(dest(json!({}), "[2001:db8::1]:5000"), "[::1]:5000");
+        let unix = Endpoint::Unix("/run/x.sock".into());
+        assert!(parsed(json!({})).unwrap().dest(&unix).is_err());
+        assert_eq!(
+            parsed(json!({"rewritePort": 8080}))
+                .unwrap()
+                .dest(&unix)
+                .unwrap()
+                .to_string(),
+            "localhost:8080"
+        );
+    }
+
+    #[test]
+    fn port_map_picks_by_local_port() {
+        let v = json!({"address": "10.0.0.9", "portMap": {"5000": "1.2.3.4:80", "5001": ":81", "5002": "host.example:"}});
+        assert_eq!(dest(v.clone(), "127.0.0.1:5000"), "1.2.3.4:80");
+        assert_eq!(dest(v.clone(), "127.0.0.1:5001"), "10.0.0.9:81");
+        assert_eq!(dest(v.clone(), "127.0.0.1:5002"), "host.example:5002");
+        assert_eq!(dest(v, "127.0.0.1:5003"), "10.0.0.9:5003");
+    }
+
+    #[test]
+    fn refusals_name_their_path() {
+        let err = |v| parsed(v).err().unwrap().to_string();
+        assert_eq!(
+            err(json!({"followRedirect": true})),
+            "inbounds[0].settings.followRedirect: transparent proxying (followRedirect) is not supported yet"
+        );
+        assert_eq!(
+            err(json!({"allowedNetwork": "sctp"})),
+            "inbounds[0].settings.allowedNetwork: unknown network \"sctp\""
+        );
+        assert_eq!(
+            err(json!({"rewritePort": 70000})),
+            "inbounds[0].settings.rewritePort: port must be 1-65535, found 70000"
+        );
+        assert!(
+            err(json!({"portMap": {"80": "nope"}})).starts_with("inbounds[0].settings.portMap.80:")
+        );
     }
 }

@@ -202,8 +202,15 @@ pub fn allowed(rules: &[FinalRule], network: Network, addr: SocketAddr) -> bool 
 }
 
 pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
-    let strategy = match o
-        .str("domainStrategy")?
+    // `targetStrategy` is Xray's current name; it wins over `domainStrategy` when set.
+    let target = o.str("targetStrategy")?.filter(|s| !s.is_empty());
+    let strategy_key = if target.is_some() {
+        "targetStrategy"
+    } else {
+        "domainStrategy"
+    };
+    let strategy = match target
+        .or(o.str("domainStrategy")?)
         .unwrap_or_default()
         .to_ascii_lowercase()
         .as_str()
@@ -214,7 +221,7 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
         "useipv6" | "forceipv6" | "useipv6v4" | "forceipv6v4" => Strategy::UseIpv6,
         other => {
             return Err(ConfigError::new(
-                o.key_path("domainStrategy"),
+                o.key_path(strategy_key),
                 format!("unknown strategy {other:?}"),
             ))
         }
@@ -245,7 +252,13 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
             "PROXY protocol on freedom is not supported yet",
         ));
     }
-    for k in ["fragment", "noises"] {
+    if o.has("ipsBlocked") {
+        o.diag().warn(
+            &o.key_path("ipsBlocked"),
+            "removed in Xray (use finalRules); ignored",
+        );
+    }
+    for k in ["fragment", "noise", "noises"] {
         if o.has(k) {
             return Err(ConfigError::new(o.key_path(k), "is not supported yet"));
         }

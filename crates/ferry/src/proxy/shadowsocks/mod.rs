@@ -56,6 +56,8 @@ pub struct ServerConfig {
     /// One-time auth (stream ciphers): `Some(true)` requires it, `Some(false)` refuses it,
     /// `None` accepts both (V2Ray's "auto").
     pub ota: Option<bool>,
+    /// Multi-user AEAD: the server-level `method`, taken by users that name none.
+    pub default_method: Option<Method>,
 }
 
 fn parse_method(o: &Obj<'_>, key: &str) -> Result<Option<Method>> {
@@ -109,8 +111,11 @@ fn networks(o: &Obj<'_>) -> Result<Vec<Network>> {
 /// Reads an inbound's `settings` (Xray's single-user, multi-user AEAD and 2022 EIH forms).
 pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
     let method = parse_method(o, "method")?;
+    let default_method = method;
     let password = o.str("password")?;
     let clients = o.objs(&["clients", "users"])?;
+    // `"clients": []` (a panel adds the users later) is a multi-user inbound with no users yet.
+    let has_clients = o.get_alias(&["clients", "users"]).is_some();
     o.ignore(&["ivCheck", "udp"]);
     let networks = networks(o)?;
     let ota = o.bool("ota")?;
@@ -137,6 +142,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
                 }],
                 networks,
                 ota: None,
+                default_method: None,
             });
         }
         if m == Method::Blake3Chacha20Poly1305 {
@@ -179,10 +185,11 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
             users,
             networks,
             ota: None,
+            default_method: None,
         });
     }
     let mut users = Vec::new();
-    if clients.is_empty() {
+    if !has_clients {
         let m = method.ok_or_else(|| ConfigError::new(o.key_path("method"), "is required"))?;
         let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
         let key = key_for(o, m, &pw)?;
@@ -220,8 +227,30 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
         for c in clients {
             c.finish();
         }
+        if users.is_empty() {
+            if password.as_deref().is_some_and(|p| !p.is_empty()) {
+                o.diag().warn(
+                    &o.key_path("password"),
+                    "ignored: the inbound has a clients list (its users carry their passwords)",
+                );
+            }
+            if let Some(m) = method.filter(|m| m.kind() != Kind::Aead) {
+                return Err(ConfigError::new(
+                    o.key_path("method"),
+                    format!(
+                        "an inbound that starts without users takes AEAD users only, not {:?}",
+                        m.name()
+                    ),
+                ));
+            }
+        }
     }
-    let method = users.first().map(|u| u.method).unwrap_or(Method::None);
+    // With no users yet only the kind matters: the AEAD handshake tries each user's own method.
+    let method = users
+        .first()
+        .map(|u| u.method)
+        .or(method)
+        .unwrap_or(Method::Aes256Gcm);
     if ota == Some(true) && method.kind() != Kind::Stream {
         return Err(ConfigError::new(
             o.key_path("ota"),
@@ -234,6 +263,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
         users,
         networks,
         ota,
+        default_method: default_method.filter(|_| has_clients),
     })
 }
 
@@ -264,8 +294,16 @@ pub fn parse_added_user(c: &Obj<'_>, cfg: &ServerConfig, now: &[Account]) -> Res
         });
     }
     let m = parse_method(c, "method")?
-        .or_else(|| now.first().map(|a| a.method))
-        .unwrap_or(cfg.method);
+        .or(cfg.default_method)
+        // An inbound configured with users: a new one takes the method they have. One that
+        // started empty with no server-level method: each user names its own.
+        .or_else(|| (!cfg.users.is_empty()).then(|| now.first().map_or(cfg.method, |a| a.method)))
+        .ok_or_else(|| {
+            ConfigError::new(
+                c.key_path("method"),
+                "is required (the inbound has no server-level method)",
+            )
+        })?;
     if m.kind() != Kind::Aead || now.iter().any(|a| a.method.kind() != Kind::Aead) {
         return Err(ConfigError::new(
             c.path(),
@@ -414,5 +452,57 @@ mod tests {
             path(json!({"servers": [two.clone(), two]})),
             Some("s.servers".into())
         );
+    }
+
+    fn server(v: serde_json::Value) -> Result<ServerConfig> {
+        let d = Diagnostics::default();
+        parse_server(&Obj::new(&v, "s", &d)?)
+    }
+
+    #[test]
+    fn empty_clients_start_without_users_and_take_each_users_method() {
+        // Marzban: no server-level method, users added later with their own.
+        let cfg = server(json!({"clients": [], "network": "tcp,udp"})).unwrap();
+        assert!(cfg.users.is_empty());
+        assert_eq!(cfg.method.kind(), Kind::Aead);
+        let d = Diagnostics::default();
+        let add = |v: serde_json::Value, now: &[Account]| {
+            parse_added_user(&Obj::new(&v, "user", &d).unwrap(), &cfg, now)
+        };
+        let a = add(
+            json!({"method": "chacha20-ietf-poly1305", "password": "p1", "email": "a"}),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(a.method, Method::Chacha20Poly1305);
+        let b = add(
+            json!({"method": "aes-128-gcm", "password": "p2", "email": "b"}),
+            std::slice::from_ref(&a),
+        )
+        .unwrap();
+        assert_eq!(b.method, Method::Aes128Gcm);
+        assert_eq!(
+            add(json!({"password": "p3"}), &[]).err().unwrap().path,
+            "user.method"
+        );
+        assert!(add(json!({"method": "aes-256-cfb", "password": "p4"}), &[]).is_err());
+        // A server-level method is the default for users that name none.
+        let cfg = server(json!({"method": "aes-128-gcm", "clients": []})).unwrap();
+        let a = parse_added_user(
+            &Obj::new(&json!({"password": "p"}), "user", &d).unwrap(),
+            &cfg,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(a.method, Method::Aes128Gcm);
+        assert_eq!(
+            server(json!({"method": "rc4-md5", "clients": []}))
+                .err()
+                .unwrap()
+                .path,
+            "s.method"
+        );
+        // Without a clients list, method and password are still required.
+        assert_eq!(server(json!({})).err().unwrap().path, "s.method");
     }
 }

@@ -1,0 +1,114 @@
+//! The services around the proxies: `log`, and `metrics` and `api`, whose tags name outbounds.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use super::reader::{self, ConfigError, Diagnostics, Obj};
+use crate::app::log::LogConfig;
+use crate::app::stats::Stats;
+use crate::proxy::OutboundHandler;
+
+/// An outbound a service adds under its tag: (JSON path of the tag, tag, protocol, handler).
+pub type ServiceOutbound = (String, String, &'static str, Arc<dyn OutboundHandler>);
+
+/// Reads `log`.
+pub fn parse_log(root: &Obj<'_>, diag: &Diagnostics) -> reader::Result<LogConfig> {
+    Ok(match root.obj("log")? {
+        Some(l) => {
+            let mut c = LogConfig {
+                level: l.str("loglevel")?.unwrap_or_else(|| "warning".into()),
+                access: l.str("access")?,
+                error: l.str("error")?,
+                mask: None,
+            };
+            if !["debug", "info", "warning", "error", "none"]
+                .contains(&c.level.to_ascii_lowercase().as_str())
+            {
+                return Err(ConfigError::new(
+                    l.key_path("loglevel"),
+                    format!("unknown level {:?}", c.level),
+                ));
+            }
+            c.mask = match l.str("maskAddress")? {
+                Some(m) => crate::app::mask::Mask::parse(&m)
+                    .map_err(|e| ConfigError::new(l.key_path("maskAddress"), e))?,
+                None => None,
+            };
+            if l.bool("dnsLog")? == Some(true) {
+                diag.warn(
+                    &l.key_path("dnsLog"),
+                    "Ferry has no DNS client yet, so there are no queries to log",
+                );
+            }
+            l.finish();
+            c
+        }
+        None => LogConfig::default(),
+    })
+}
+
+/// Reads `metrics` and `api`: the metrics listen address, and the outbounds their tags name.
+pub fn parse_services(
+    root: &Obj<'_>,
+    stats: &Option<Arc<Stats>>,
+    diag: &Diagnostics,
+) -> reader::Result<(Option<SocketAddr>, Vec<ServiceOutbound>)> {
+    // `metrics.tag` (and `api.tag`) name outbounds a routing rule can send connections to.
+    let mut special_outbounds: Vec<ServiceOutbound> = Vec::new();
+    let metrics = match root.obj("metrics")? {
+        Some(m) => {
+            let addr = match m.str("listen")?.filter(|l| !l.is_empty()) {
+                Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
+                    ConfigError::new(
+                        m.key_path("listen"),
+                        format!("{l:?} is not an ip:port address"),
+                    )
+                })?),
+                None => None,
+            };
+            let tag = m.str("tag")?.filter(|t| !t.is_empty());
+            if addr.is_none() && tag.is_none() {
+                return Err(ConfigError::new(
+                    m.path(),
+                    "needs a tag or a listen address",
+                ));
+            }
+            if let Some(t) = tag {
+                let stats = stats.clone().unwrap_or_default();
+                special_outbounds.push((
+                    m.key_path("tag"),
+                    t,
+                    "metrics",
+                    Arc::new(crate::app::metrics::MetricsOutbound { stats }),
+                ));
+            }
+            m.finish();
+            addr
+        }
+        None => None,
+    };
+    if let Some(a) = root.obj("api")? {
+        let tag = a.str("tag")?.filter(|t| !t.is_empty());
+        diag.warn(
+            a.path(),
+            match tag {
+                Some(_) => {
+                    "the gRPC API is not supported yet; connections routed to its tag are refused"
+                }
+                None => "the gRPC API is not supported yet; ignored",
+            },
+        );
+        if let Some(t) = tag {
+            special_outbounds.push((
+                a.key_path("tag"),
+                t,
+                "api",
+                Arc::new(crate::app::api::ApiOutbound),
+            ));
+        }
+        a.ignore(&["listen", "services"]);
+        a.finish();
+    }
+
+    Ok((metrics, special_outbounds))
+}
