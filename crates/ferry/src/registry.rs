@@ -249,6 +249,37 @@ impl<T: Clone> Users<T> {
     }
 }
 
+/// What an inbound keeps per user: its session user and the secret that identifies it.
+pub trait UserEntry: Clone + Send + Sync + 'static {
+    fn user(&self) -> &User;
+    /// Whether two entries authenticate alike (same id, key or password hash).
+    fn same_secret(&self, other: &Self) -> bool;
+}
+
+impl<T: UserEntry> Users<T> {
+    /// Adds `u` unless a user with its secret or its (non-empty) email is there; returns its
+    /// session user, or `None` for a duplicate.
+    pub fn add_user(&self, u: T) -> Option<User> {
+        let user = u.user().clone();
+        let email = user.email.clone();
+        let fresh = u.clone();
+        self.add(u, |x| {
+            x.same_secret(&fresh) || (!email.is_empty() && x.user().email == email)
+        })
+        .then_some(user)
+    }
+
+    /// Removes the users with this email; false when there was none.
+    pub fn remove_email(&self, email: &str) -> bool {
+        !email.is_empty() && self.remove(|a| &*a.user().email == email)
+    }
+
+    /// The session users now.
+    pub fn list(&self) -> Vec<User> {
+        self.load().iter().map(|a| a.user().clone()).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

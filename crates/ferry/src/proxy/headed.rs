@@ -72,7 +72,8 @@ impl Head {
     }
 }
 
-/// The server side: the response goes out with the first write.
+/// The server side: the response goes out with the first write. The client's write side is
+/// the same thing (its header goes out with its first payload).
 pub struct ServerStream {
     inner: BoxStream,
     head: Head,
@@ -149,8 +150,8 @@ enum Resp {
 /// The client side: the request header goes out with the first payload, the response is
 /// checked and stripped.
 pub struct ClientStream {
-    inner: BoxStream,
-    head: Head,
+    /// The write side: the header goes with the first payload.
+    out: ServerStream,
     resp: Resp,
     timer: Option<Pin<Box<Sleep>>>,
 }
@@ -160,11 +161,7 @@ impl ClientStream {
     /// for a protocol without one).
     pub fn new(inner: BoxStream, header: Vec<u8>, response: Option<ResponseCheck>) -> Self {
         ClientStream {
-            inner,
-            head: Head {
-                bytes: header,
-                sent: 0,
-            },
+            out: ServerStream::new(inner, header),
             resp: match response {
                 Some(check) => Resp::Reading(Vec::new(), check),
                 None => Resp::Done(Bytes::new()),
@@ -181,18 +178,20 @@ impl AsyncRead for ClientStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
-        if !me.head.done() {
+        if !me.out.head.done() {
             // No payload yet: the header goes alone once the wait is over.
             let t = me
                 .timer
                 .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_PAYLOAD_WAIT)));
             if t.as_mut().poll(cx).is_ready() {
                 me.timer = None;
-                ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
+                let ServerStream { inner, head } = &mut me.out;
+                ready!(head.poll_flush_head(cx, inner))?;
             } else {
                 return Poll::Pending;
             }
         }
+        let inner = &mut me.out.inner;
         loop {
             match &mut me.resp {
                 Resp::Done(extra) => {
@@ -201,12 +200,12 @@ impl AsyncRead for ClientStream {
                         buf.put_slice(&extra.split_to(n));
                         return Poll::Ready(Ok(()));
                     }
-                    return Pin::new(&mut me.inner).poll_read(cx, buf);
+                    return Pin::new(inner).poll_read(cx, buf);
                 }
                 Resp::Reading(got, check) => {
                     let mut tmp = [0u8; 512];
                     let mut rb = ReadBuf::new(&mut tmp);
-                    ready!(Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
+                    ready!(Pin::new(&mut *inner).poll_read(cx, &mut rb))?;
                     if rb.filled().is_empty() {
                         return Poll::Ready(Err(io::Error::new(
                             io::ErrorKind::UnexpectedEof,
@@ -239,36 +238,31 @@ impl AsyncWrite for ClientStream {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let me = &mut *self;
-        me.timer = None;
-        me.head.poll_write_with(cx, &mut me.inner, data)
+        self.timer = None;
+        Pin::new(&mut self.out).poll_write(cx, data)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let me = &mut *self;
-        ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
-        Pin::new(&mut me.inner).poll_flush(cx)
+        Pin::new(&mut self.out).poll_flush(cx)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let me = &mut *self;
-        ready!(me.head.poll_flush_head(cx, &mut me.inner))?;
-        Pin::new(&mut me.inner).poll_shutdown(cx)
+        Pin::new(&mut self.out).poll_shutdown(cx)
     }
 }
 
 impl Stream for ClientStream {
     fn socket(&self) -> Option<RawSocket<'_>> {
-        self.inner.socket()
+        self.out.socket()
     }
     fn take_read_direct(&mut self) -> Option<Bytes> {
         let Resp::Done(extra) = &mut self.resp else {
             return None;
         };
-        let under = self.inner.take_read_direct()?;
+        let under = self.out.take_read_direct()?;
         let mut out = std::mem::take(extra).to_vec();
         out.extend_from_slice(&under);
         Some(out.into())
     }
     fn write_direct(&self) -> bool {
-        self.head.done() && self.inner.write_direct()
+        self.out.write_direct()
     }
 }

@@ -473,25 +473,16 @@ impl UserManager for Inbound {
         c.finish();
         let mut a = a;
         a.user = self.counters.user(&a.user.email, a.user.level);
-        let user = a.user.clone();
-        let (key, email) = (a.key.clone(), a.user.email.clone());
-        let added = self.users.add(a, |x| {
-            x.key == key || (!email.is_empty() && x.user.email == email)
-        });
-        if !added {
-            return Err(crate::config::ConfigError::new(
-                "user",
-                "a user with this key or email exists already",
-            ));
-        }
-        Ok(user)
+        self.users.add_user(a).ok_or_else(|| {
+            crate::config::ConfigError::new("user", "a user with this key or email exists already")
+        })
     }
 
     fn remove_user(&self, email: &str) -> bool {
-        !email.is_empty() && self.users.remove(|a| &*a.user.email == email)
+        self.users.remove_email(email)
     }
 
     fn list_users(&self) -> Vec<User> {
-        self.users.load().iter().map(|a| a.user.clone()).collect()
+        self.users.list()
     }
 }

@@ -45,6 +45,15 @@ pub struct Account {
     pub hash: [u8; 16],
 }
 
+impl crate::registry::UserEntry for Account {
+    fn user(&self) -> &User {
+        &self.user
+    }
+    fn same_secret(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
 /// A server's settings.
 pub struct ServerConfig {
     /// The method of a 2022 or single-user server (multi-user AEAD: per user).

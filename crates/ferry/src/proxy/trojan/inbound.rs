@@ -97,24 +97,16 @@ impl UserManager for Inbound {
         let c = Obj::new(v, "user", &diag)?;
         let a = parse_client(&c, &self.counters)?;
         c.finish();
-        let user = a.user.clone();
-        let (hash, email) = (a.hash, a.user.email.clone());
-        if !self.users.add(a, |x| {
-            x.hash == hash || (!email.is_empty() && x.user.email == email)
-        }) {
-            return Err(ConfigError::new(
-                "user",
-                "a user with this password or email exists already",
-            ));
-        }
-        Ok(user)
+        self.users.add_user(a).ok_or_else(|| {
+            ConfigError::new("user", "a user with this password or email exists already")
+        })
     }
 
     fn remove_user(&self, email: &str) -> bool {
-        !email.is_empty() && self.users.remove(|a| &*a.user.email == email)
+        self.users.remove_email(email)
     }
 
     fn list_users(&self) -> Vec<User> {
-        self.users.load().iter().map(|a| a.user.clone()).collect()
+        self.users.list()
     }
 }

@@ -20,6 +20,15 @@ pub struct Account {
     pub user: User,
 }
 
+impl crate::registry::UserEntry for Account {
+    fn user(&self) -> &User {
+        &self.user
+    }
+    fn same_secret(&self, other: &Self) -> bool {
+        self.hash == other.hash
+    }
+}
+
 /// Reads one entry of an inbound's `clients` (the API's AddUser gives the same shape).
 pub fn parse_client(c: &Obj<'_>, counters: &crate::registry::CounterSource) -> Result<Account> {
     let pw = c.req_str("password")?;

@@ -23,6 +23,15 @@ pub struct Account {
     pub user: User,
 }
 
+impl crate::registry::UserEntry for Account {
+    fn user(&self) -> &User {
+        &self.user
+    }
+    fn same_secret(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
 fn parse_uuid(o: &Obj<'_>) -> Result<[u8; 16]> {
     let id = o.req_str("id")?;
     parse_id(&id).map_err(|e| ConfigError::new(o.key_path("id"), e))

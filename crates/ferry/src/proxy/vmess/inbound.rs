@@ -433,7 +433,7 @@ impl InboundHandler for Inbound {
             Network::Tcp => Accepted::Stream(session, Box::new(body)),
             Network::Udp => {
                 let dest = session.dest.clone();
-                Accepted::Packets(session, Box::new(super::udp::Server::new(body, dest)))
+                Accepted::Packets(session, Box::new(super::udp::Datagrams::server(body, dest)))
             }
         })
     }

@@ -271,7 +271,7 @@ impl OutboundHandler for Outbound {
 
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         let s = self.open(Command::Udp, dest).await?;
-        Ok(Box::new(super::udp::Client::new(s, dest.clone())))
+        Ok(Box::new(super::udp::Datagrams::client(s, dest.clone())))
     }
 }
 
