@@ -62,11 +62,72 @@ enum Cmd {
         #[arg(long)]
         host: Option<String>,
     },
+    /// TLS helpers.
+    Tls {
+        #[command(subcommand)]
+        cmd: TlsCmd,
+    },
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
     Uuid {
         #[arg(short = 'i', long = "input")]
         input: Option<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum TlsCmd {
+    /// Write a self-signed certificate and key (quick starts, tests) and print the SHA-256 pin a
+    /// client puts in `pinnedPeerCertSha256`. Without `--file`, prints the pair as the inline
+    /// `certificates[]` entry of `tlsSettings` (JSON) and the pin on stderr.
+    Cert {
+        /// A DNS name or IP the certificate is for; repeat for several.
+        #[arg(long = "domain", required = true)]
+        domain: Vec<String>,
+        /// Write PREFIX.crt and PREFIX.key instead of printing JSON.
+        #[arg(long)]
+        file: Option<String>,
+        /// Days of validity.
+        #[arg(long, default_value_t = 3650)]
+        days: u32,
+    },
+}
+
+fn tls_cert(domains: &[String], file: Option<&str>, days: u32) -> Result<ExitCode> {
+    use ferry::transport::tls;
+    let c = tls::generate_self_signed(domains, days).map_err(|e| anyhow!("{e}"))?;
+    let pin = tls::hex(&c.pin);
+    match file {
+        Some(prefix) => {
+            let (crt, key) = (format!("{prefix}.crt"), format!("{prefix}.key"));
+            std::fs::write(&crt, &c.cert_pem).with_context(|| format!("writing {crt}"))?;
+            write_private(&key, &c.key_pem).with_context(|| format!("writing {key}"))?;
+            eprintln!("wrote {crt} and {key}");
+            println!("{pin}");
+        }
+        None => {
+            let lines = |p: &str| -> Vec<serde_json::Value> {
+                p.lines().map(serde_json::Value::from).collect()
+            };
+            let v =
+                serde_json::json!({"certificate": lines(&c.cert_pem), "key": lines(&c.key_pem)});
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            eprintln!("pinnedPeerCertSha256: {pin}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a file only its owner can read.
+fn write_private(path: &str, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
 }
 
 /// Accepts Xray's single-dash spellings (`-config`, `-test`, `-version`), and like Xray treats a
@@ -344,6 +405,9 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Some(Cmd::Link { link, config, host }) => link_cmd(link, config, host),
+        Some(Cmd::Tls {
+            cmd: TlsCmd::Cert { domain, file, days },
+        }) => tls_cert(&domain, file.as_deref(), days),
         Some(Cmd::Uuid { input }) => {
             match input {
                 Some(s) => println!("{}", ferry::common::uuid::from_string(&s)),

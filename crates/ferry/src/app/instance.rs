@@ -325,7 +325,17 @@ impl Serve {
                 let stream = if me.acceptor.is_empty() {
                     stream
                 } else {
-                    match me.acceptor.accept(stream, &mut ctx.info).await {
+                    let limit = me.dispatcher.handshake_timeout();
+                    let accepted =
+                        tokio::time::timeout(limit, me.acceptor.accept(stream, &mut ctx.info))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    format!("handshake not done within {limit:?}"),
+                                ))
+                            });
+                    match accepted {
                         Ok(s) => s,
                         Err(e) => {
                             tracing::info!("[{}] connection from {}: {e}", me.tag, ctx.info.source);

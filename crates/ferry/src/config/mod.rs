@@ -8,6 +8,7 @@ pub mod json;
 pub mod reader;
 pub mod services;
 pub mod stream;
+pub mod tls;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};

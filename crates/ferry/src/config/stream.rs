@@ -2,7 +2,7 @@
 //! [`StreamSettings`] that builds both the acceptor and the dialer chain.
 
 use crate::config::reader::{ConfigError, Obj, Result};
-pub use crate::transport::chain::StreamSettings;
+pub use crate::transport::chain::{Security, StreamSettings};
 
 /// Reads `streamSettings` objects.
 pub trait ParseStream: Sized {
@@ -31,6 +31,10 @@ impl ParseStream for StreamSettings {
         if let Some(sec) = s.str("security")? {
             match sec.to_ascii_lowercase().as_str() {
                 "" | "none" => {}
+                "tls" => {
+                    let t = s.obj("tlsSettings")?;
+                    out.security = Security::Tls(super::tls::parse(t, s.path(), outbound)?);
+                }
                 _ => {
                     return Err(ConfigError::new(
                         s.key_path("security"),
@@ -39,7 +43,7 @@ impl ParseStream for StreamSettings {
                 }
             }
         }
-        for k in ["tlsSettings", "realitySettings"] {
+        for k in ["tlsSettings", "xtlsSettings", "realitySettings"] {
             // Present but unused (security is none): accepted, as Xray does.
             s.ignore(&[k]);
         }

@@ -49,7 +49,11 @@ impl Head {
             self.sent += h;
             if self.done() {
                 self.bytes = Vec::new();
-                return Poll::Ready(Ok(n - h));
+                if n > h || data.is_empty() {
+                    return Poll::Ready(Ok(n - h));
+                }
+                // Only the head went out (a layer that writes one slice at a time).
+                break;
             }
         }
         Pin::new(inner).poll_write(cx, data)

@@ -30,10 +30,12 @@ pub enum Network {
 }
 
 /// `streamSettings.security`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub enum Security {
     #[default]
     None,
+    /// TLS, with the side (server for inbounds, client for outbounds) already built.
+    Tls(Arc<super::tls::TlsLayer>),
 }
 
 /// What Ferry understood of an object's `streamSettings`: one typed struct for inbounds and
@@ -55,9 +57,15 @@ impl StreamSettings {
     pub fn layers(&self) -> Vec<Arc<dyn Layer>> {
         // PROXY protocol, TLS and the transports take their places here as they arrive
         // (their settings are refused by the config reader until then).
-        match (self.network, self.security) {
-            (Network::Raw, Security::None) => Vec::new(),
+        let mut layers: Vec<Arc<dyn Layer>> = Vec::new();
+        match &self.security {
+            Security::None => {}
+            Security::Tls(t) => layers.push(t.clone()),
         }
+        match self.network {
+            Network::Raw => {}
+        }
+        layers
     }
 
     /// The acceptor chain of an inbound.

@@ -12,6 +12,7 @@ pub mod listener;
 pub mod prefixed;
 pub mod read_ahead;
 pub mod tcp;
+pub mod tls;
 
 use std::any::Any;
 use std::io;
@@ -137,6 +138,14 @@ impl RawSocket<'_> {
         match self {
             RawSocket::Tcp(s) => s.try_io(tokio::io::Interest::WRITABLE, f),
             RawSocket::Unix(s) => s.try_io(tokio::io::Interest::WRITABLE, f),
+        }
+    }
+
+    /// Reads without waiting (`WouldBlock` when nothing is there; readiness is cleared then).
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            RawSocket::Tcp(s) => s.try_read(buf),
+            RawSocket::Unix(s) => s.try_read(buf),
         }
     }
 

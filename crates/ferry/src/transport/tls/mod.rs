@@ -1,0 +1,341 @@
+//! TLS (`streamSettings.security: "tls"`): a [`Layer`] of the acceptor and dialer chains, on
+//! rustls with aws-lc-rs. The server picks its certificate by SNI among several, re-reads
+//! certificate files that changed on disk (certbot renewals) for the next handshake, and can
+//! refuse unknown names; the client verifies against the system roots, or by the SHA-256 pins
+//! of `pinnedPeerCertSha256`, or not at all (`allowInsecure`).
+
+mod certs;
+mod stream;
+
+use std::io;
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{
+    ClientConfig, ClientConnection, DigitallySignedStruct, ServerConfig, ServerConnection,
+};
+
+use super::{BoxStream, Layer};
+use crate::common::{Address, Destination};
+use crate::session::ConnInfo;
+
+pub use certs::{
+    generate_self_signed, CertError, CertSource, CertificateEntry, GeneratedCert, Usage,
+};
+pub use stream::{NotTls, TlsStream};
+
+/// The crypto provider every TLS config uses.
+pub fn provider() -> Arc<CryptoProvider> {
+    static P: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    P.get_or_init(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .clone()
+}
+
+/// A TLS protocol version Ferry can speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    Tls12,
+    Tls13,
+}
+
+/// `tlsSettings`, understood.
+#[derive(Clone, Debug, Default)]
+pub struct TlsSettings {
+    /// Client: SNI and the name verified (default: the address dialed).
+    pub server_name: Option<String>,
+    /// Offered (client) or accepted (server) ALPN protocols, in order of preference.
+    pub alpn: Vec<String>,
+    pub min_version: Option<Version>,
+    pub max_version: Option<Version>,
+    /// Client: accept the server when one certificate of its chain has one of these SHA-256.
+    pub pins: Vec<[u8; 32]>,
+    /// Client: accept any certificate.
+    pub allow_insecure: bool,
+    /// Client: do not load the system's root certificates.
+    pub disable_system_root: bool,
+    /// Server: refuse a handshake whose SNI matches no certificate.
+    pub reject_unknown_sni: bool,
+    /// Session tickets (server) and resumption (client).
+    pub session_resumption: bool,
+    /// Server: certificates to serve; client: extra roots (`usage: "verify"`).
+    pub certificates: Vec<Arc<CertificateEntry>>,
+}
+
+impl TlsSettings {
+    fn versions(&self) -> Vec<&'static rustls::SupportedProtocolVersion> {
+        let lo = self.min_version.unwrap_or(Version::Tls12);
+        let hi = self.max_version.unwrap_or(Version::Tls13);
+        let mut v = Vec::new();
+        if lo <= Version::Tls13 && hi >= Version::Tls13 {
+            v.push(&rustls::version::TLS13);
+        }
+        if lo <= Version::Tls12 && hi >= Version::Tls12 {
+            v.push(&rustls::version::TLS12);
+        }
+        v
+    }
+
+    fn alpn_bytes(&self) -> Vec<Vec<u8>> {
+        self.alpn.iter().map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    /// The rustls server config (certificates must be present).
+    pub fn server_config(&self) -> Result<ServerConfig, String> {
+        let serving: Vec<_> = self
+            .certificates
+            .iter()
+            .filter(|c| c.usage == Usage::Encipherment)
+            .cloned()
+            .collect();
+        if serving.is_empty() {
+            return Err("a TLS inbound needs a certificate (certificates[])".into());
+        }
+        let resolver = certs::Resolver::new(serving, self.reject_unknown_sni);
+        let mut c = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&self.versions())
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        c.alpn_protocols = self.alpn_bytes();
+        if self.session_resumption {
+            c.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;
+        } else {
+            // As Xray: no session tickets unless enableSessionResumption.
+            c.send_tls13_tickets = 0;
+            c.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        }
+        Ok(c)
+    }
+
+    /// The rustls client config.
+    pub fn client_config(&self) -> Result<ClientConfig, String> {
+        let b = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&self.versions())
+            .map_err(|e| e.to_string())?;
+        let verifier = Verifier::new(self)?;
+        let mut c = b
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        c.alpn_protocols = self.alpn_bytes();
+        if !self.session_resumption {
+            c.resumption = rustls::client::Resumption::disabled();
+        }
+        Ok(c)
+    }
+}
+
+/// The TLS layer of a chain: a server config for inbounds, a client config for outbounds.
+pub struct TlsLayer {
+    server: Option<Arc<ServerConfig>>,
+    client: Option<Arc<ClientConfig>>,
+    server_name: Option<String>,
+}
+
+impl std::fmt::Debug for TlsLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsLayer")
+            .field("server", &self.server.is_some())
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+impl TlsLayer {
+    /// The server side of `s`.
+    pub fn server(s: &TlsSettings) -> Result<TlsLayer, String> {
+        Ok(TlsLayer {
+            server: Some(Arc::new(s.server_config()?)),
+            client: None,
+            server_name: None,
+        })
+    }
+
+    /// The client side of `s`.
+    pub fn client(s: &TlsSettings) -> Result<TlsLayer, String> {
+        Ok(TlsLayer {
+            server: None,
+            client: Some(Arc::new(s.client_config()?)),
+            server_name: s.server_name.clone().filter(|n| !n.is_empty()),
+        })
+    }
+
+    /// Server handshake over `stream`.
+    pub async fn accept_tls(&self, stream: BoxStream) -> io::Result<TlsStream<ServerConnection>> {
+        let cfg = self
+            .server
+            .clone()
+            .ok_or_else(|| io::Error::other("TLS layer has no server side"))?;
+        let conn = ServerConnection::new(cfg).map_err(io::Error::other)?;
+        let mut s = TlsStream::new(stream, conn, true);
+        s.handshake().await?;
+        Ok(s)
+    }
+
+    /// Client handshake over `stream` to `server`.
+    pub async fn connect_tls(
+        &self,
+        stream: BoxStream,
+        server: &Destination,
+    ) -> io::Result<TlsStream<ClientConnection>> {
+        let cfg = self
+            .client
+            .clone()
+            .ok_or_else(|| io::Error::other("TLS layer has no client side"))?;
+        let name = match (&self.server_name, &server.addr) {
+            (Some(n), _) => ServerName::try_from(n.clone()),
+            (None, Address::Ip(ip)) => Ok(ServerName::IpAddress((*ip).into())),
+            (None, Address::Domain(d)) => ServerName::try_from(d.clone()),
+        }
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let conn = ClientConnection::new(cfg, name).map_err(io::Error::other)?;
+        let mut s = TlsStream::new(stream, conn, false);
+        s.handshake().await?;
+        Ok(s)
+    }
+}
+
+#[async_trait]
+impl Layer for TlsLayer {
+    async fn accept(&self, stream: BoxStream, info: &mut ConnInfo) -> io::Result<BoxStream> {
+        let s = self.accept_tls(stream).await?;
+        let c = s.connection();
+        info.sni = c.server_name().map(Arc::from);
+        info.alpn = c
+            .alpn_protocol()
+            .map(|a| Arc::from(String::from_utf8_lossy(a).as_ref()));
+        Ok(Box::new(s))
+    }
+
+    async fn connect(&self, stream: BoxStream, server: &Destination) -> io::Result<BoxStream> {
+        Ok(Box::new(self.connect_tls(stream, server).await?))
+    }
+}
+
+/// Client-side certificate check: pins, insecure, or the roots.
+#[derive(Debug)]
+struct Verifier {
+    pins: Vec<[u8; 32]>,
+    roots: Option<Arc<dyn ServerCertVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl Verifier {
+    fn new(s: &TlsSettings) -> Result<Verifier, String> {
+        let roots = if s.allow_insecure || !s.pins.is_empty() {
+            None
+        } else {
+            let mut store = rustls::RootCertStore::empty();
+            if !s.disable_system_root {
+                store.add_parsable_certificates(certs::system_roots().iter().cloned());
+            }
+            for c in &s.certificates {
+                if c.usage == Usage::Verify {
+                    for der in c.chain().map_err(|e| e.to_string())? {
+                        store
+                            .add(der)
+                            .map_err(|e| format!("verify certificate: {e}"))?;
+                    }
+                }
+            }
+            if store.is_empty() {
+                return Err("no root certificates to verify the server with".into());
+            }
+            let v = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(store),
+                provider(),
+            )
+            .build()
+            .map_err(|e| e.to_string())?;
+            Some(v as Arc<dyn ServerCertVerifier>)
+        };
+        Ok(Verifier {
+            pins: s.pins.clone(),
+            roots,
+            provider: provider(),
+        })
+    }
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if !self.pins.is_empty() {
+            let hit = std::iter::once(end_entity)
+                .chain(intermediates)
+                .any(|c| self.pins.contains(&certs::sha256(c)));
+            return if hit {
+                Ok(ServerCertVerified::assertion())
+            } else {
+                Err(rustls::Error::General(
+                    "peer certificate matches no pinnedPeerCertSha256".into(),
+                ))
+            };
+        }
+        match &self.roots {
+            Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now),
+            None => Ok(ServerCertVerified::assertion()),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Parses a `pinnedPeerCertSha256` entry: 64 hex digits, colons allowed.
+pub fn parse_pin(s: &str) -> Option<[u8; 32]> {
+    let hex: String = s.chars().filter(|c| *c != ':').collect();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Lower-case hex.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,456 @@
+//! A TLS connection over any [`Stream`], driven by rustls record by record so that at every
+//! moment the bytes it holds are known (what XTLS Vision needs to drop the outer TLS without
+//! losing or repeating a byte, and what fallbacks need to see of a client's first flight).
+//!
+//! Ciphertext from the peer lands in one pooled buffer, `rx`. rustls is given it in pieces and
+//! processes what it was given at once, so at any time:
+//! - `rx[rec..]` is ciphertext not yet decrypted (a prefix of it may have been handed to rustls
+//!   as part of an incomplete record; rustls's copy is dropped with the connection),
+//! - rustls's reader holds plaintext decrypted but not yet read ([`TlsStream::take_plaintext`]),
+//! - rustls's writer holds records encrypted but not yet written out ([`TlsStream::write_pending`];
+//!   after the handshake a write is encrypted at once, so no plaintext waits unencrypted).
+//!
+//! The socket under a TLS layer is usually a plain TCP or unix socket: then the stream reads it
+//! itself when it is readable, so an idle connection holds no read buffer at all.
+
+use std::io::{self, Read, Write};
+use std::ops::{Deref, DerefMut};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use rustls::{ConnectionCommon, SideData};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::relay::pool;
+use crate::transport::{BoxStream, RawSocket, Stream};
+
+/// Size of the ciphertext buffer: several full records per read syscall.
+const RX_SIZE: usize = 64 * 1024;
+/// Largest TLS record on the wire: header + 2^14 + 2048 (TLS 1.2's ciphertext expansion).
+const MAX_RECORD: usize = 5 + 16384 + 2048;
+
+/// What went wrong before any TLS was spoken: the first bytes were not a TLS handshake record
+/// (an HTTP request to a TLS port, a probe). Nothing is answered, as Go's TLS server does.
+#[derive(Debug)]
+pub struct NotTls;
+
+impl std::fmt::Display for NotTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("first bytes are not a TLS handshake")
+    }
+}
+
+impl std::error::Error for NotTls {}
+
+/// A TLS client or server connection over a stream.
+pub struct TlsStream<C> {
+    io: BoxStream,
+    /// `io` handed its read side over: read its socket directly when readable.
+    direct_read: bool,
+    pub(super) conn: C,
+    rx: Option<Box<[u8]>>,
+    /// `rx[..len]` holds data; `rx[..fed]` was given to rustls; records before `rec` are
+    /// decrypted.
+    len: usize,
+    fed: usize,
+    rec: usize,
+    /// The peer closed its side of the socket.
+    eof: bool,
+    /// Server side: the first bytes are checked to look like TLS before rustls sees them.
+    check_first: bool,
+    close_sent: bool,
+}
+
+impl<C, D> TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    /// Wraps `io`; `server` checks that the first bytes look like a TLS handshake.
+    pub fn new(mut io: BoxStream, conn: C, server: bool) -> Self {
+        let mut rx = None;
+        let mut len = 0;
+        let direct_read = match io
+            .socket()
+            .is_some()
+            .then(|| io.take_read_direct())
+            .flatten()
+        {
+            Some(held) => {
+                if !held.is_empty() {
+                    let mut b = pool::take(RX_SIZE.max(held.len()));
+                    b[..held.len()].copy_from_slice(&held);
+                    len = held.len();
+                    rx = Some(b);
+                }
+                true
+            }
+            None => false,
+        };
+        TlsStream {
+            io,
+            direct_read,
+            conn,
+            rx,
+            len,
+            fed: 0,
+            rec: 0,
+            eof: false,
+            check_first: server,
+            close_sent: false,
+        }
+    }
+
+    /// The rustls connection (negotiated ALPN, SNI, version, ...).
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
+    /// The stream under TLS.
+    pub fn get_ref(&self) -> &BoxStream {
+        &self.io
+    }
+
+    /// Ciphertext read from the peer and not yet decrypted (a prefix of an incomplete record
+    /// may also have been handed to rustls).
+    pub fn ciphertext_held(&self) -> &[u8] {
+        match &self.rx {
+            Some(b) => &b[self.rec..self.len],
+            None => &[],
+        }
+    }
+
+    /// Takes the plaintext rustls decrypted and nobody has read yet.
+    pub fn take_plaintext(&mut self) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        match self.conn.reader().read_to_end(&mut out) {
+            Ok(_) => Ok(out),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(out),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(out),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Encrypted records are waiting to be written out.
+    pub fn write_pending(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    /// Completes the handshake.
+    pub async fn handshake(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_handshake(cx)).await
+    }
+
+    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.poll_flush_tls(cx))?;
+            if !self.conn.is_handshaking() {
+                return Poll::Ready(Ok(()));
+            }
+            if self.fed < self.len {
+                self.feed(cx)?;
+                continue;
+            }
+            if self.eof {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "peer closed during the TLS handshake",
+                )));
+            }
+            ready!(self.poll_fill(cx))?;
+        }
+    }
+
+    /// Hands rustls the next piece of `rx` and processes it; errors leave rustls's alert
+    /// queued (sent if the socket takes it at once).
+    fn feed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let rx = self.rx.as_deref().expect("data in rx");
+        if self.check_first {
+            // A TLS client starts with a handshake record (22) of a 3.x version.
+            if rx[0] != 22 || (self.len > 1 && rx[1] != 3) {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, NotTls));
+            }
+            self.check_first = false;
+        }
+        let n = self.conn.read_tls(&mut &rx[self.fed..self.len])?;
+        self.fed += n;
+        if let Err(e) = self.conn.process_new_packets() {
+            // Best effort: tell the peer why (the alert rustls queued).
+            let _ = self.poll_flush_tls(cx);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        // Every complete record handed over has been processed now.
+        let rx = self.rx.as_deref().expect("data in rx");
+        while self.fed - self.rec >= 5 {
+            let l = u16::from_be_bytes([rx[self.rec + 3], rx[self.rec + 4]]) as usize;
+            if self.rec + 5 + l > self.fed {
+                break;
+            }
+            self.rec += 5 + l;
+        }
+        if self.rec == self.len {
+            // All decrypted: start over at the front.
+            self.rec = 0;
+            self.fed = 0;
+            self.len = 0;
+        }
+        Ok(())
+    }
+
+    /// Reads more ciphertext from the network into `rx`; sets `eof` when the peer closed.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(b) = &mut self.rx {
+            if self.len == b.len() {
+                // Full: move the undecrypted tail to the front.
+                b.copy_within(self.rec..self.len, 0);
+                self.len -= self.rec;
+                self.fed -= self.rec;
+                self.rec = 0;
+                if self.len >= MAX_RECORD {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "TLS record too long",
+                    )));
+                }
+            }
+        }
+        if self.direct_read {
+            loop {
+                let Some(sock) = self.io.socket() else {
+                    return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                };
+                if self.len == 0 && self.rx.is_some() {
+                    // Idle: hold no buffer while waiting.
+                    if let Some(b) = self.rx.take() {
+                        pool::put(b);
+                    }
+                }
+                ready!(sock.poll_read_ready(cx))?;
+                let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
+                match sock.try_read(&mut b[self.len..]) {
+                    Ok(0) => {
+                        self.eof = true;
+                        return Poll::Ready(Ok(()));
+                    }
+                    Ok(n) => {
+                        self.len += n;
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        }
+        let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
+        let mut rb = ReadBuf::new(&mut b[self.len..]);
+        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
+        let n = rb.filled().len();
+        if n == 0 {
+            self.eof = true;
+        }
+        self.len += n;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Writes the records rustls has queued.
+    fn poll_flush_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.conn.wants_write() {
+            let mut w = SyncWriter {
+                io: &mut self.io,
+                cx,
+            };
+            match self.conn.write_tls(&mut w) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn release_idle(&mut self) {
+        if self.len == 0 {
+            if let Some(b) = self.rx.take() {
+                pool::put(b);
+            }
+        }
+    }
+}
+
+impl<C> Drop for TlsStream<C> {
+    fn drop(&mut self) {
+        if let Some(b) = self.rx.take() {
+            pool::put(b);
+        }
+    }
+}
+
+/// `io::Write` over an `AsyncWrite` for rustls's `write_tls`: `Pending` becomes `WouldBlock`.
+struct SyncWriter<'a, 'b> {
+    io: &'a mut BoxStream,
+    cx: &'a mut Context<'b>,
+}
+
+impl Write for SyncWriter<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match Pin::new(&mut *self.io).poll_write(self.cx, buf) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match Pin::new(&mut *self.io).poll_write_vectored(self.cx, bufs) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<C, D> AsyncRead for TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let start = buf.filled().len();
+        loop {
+            // Plaintext first; keep going while more is already here and there is room.
+            match me.conn.reader().read(buf.initialize_unfilled()) {
+                Ok(0) if buf.remaining() > 0 => return Poll::Ready(Ok(())), // close_notify
+                Ok(n) => {
+                    buf.advance(n);
+                    if buf.remaining() == 0 || me.fed == me.len {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The peer closed the socket without close_notify at a record boundary: an
+                // end of stream, as Go's TLS treats it.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            if me.fed < me.len {
+                me.feed(cx)?;
+                // Records rustls answers (key updates, tickets) go out when the socket takes them.
+                if me.conn.wants_write() {
+                    let _ = me.poll_flush_tls(cx)?;
+                }
+                continue;
+            }
+            if buf.filled().len() > start {
+                return Poll::Ready(Ok(()));
+            }
+            if me.eof {
+                if me.len > 0 {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed in the middle of a TLS record",
+                    )));
+                }
+                // Let rustls see the end (its reader then reports it).
+                me.conn.read_tls(&mut &[][..])?;
+                me.conn
+                    .process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                return Poll::Ready(Ok(()));
+            }
+            match me.poll_fill(cx) {
+                Poll::Ready(r) => r?,
+                Poll::Pending => {
+                    me.release_idle();
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
+
+impl<C, D> AsyncWrite for TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let mut done = 0;
+        loop {
+            if done < buf.len() {
+                done += me.conn.writer().write(&buf[done..])?;
+            }
+            match me.poll_flush_tls(cx) {
+                Poll::Ready(Ok(())) if done == buf.len() => return Poll::Ready(Ok(done)),
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending if done > 0 => return Poll::Ready(Ok(done)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Several slices go into one record (a protocol header with the first payload).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        // Accept only what fits at once, so no slice is half taken twice.
+        let n = me.conn.writer().write_vectored(bufs)?;
+        match me.poll_flush_tls(cx) {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if n == 0 => Poll::Pending,
+            Poll::Ready(Ok(())) if n == 0 && bufs.iter().any(|b| !b.is_empty()) => {
+                let n = me.conn.writer().write_vectored(bufs)?;
+                let _ = me.poll_flush_tls(cx)?;
+                Poll::Ready(Ok(n))
+            }
+            _ => Poll::Ready(Ok(n)),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        ready!(me.poll_flush_tls(cx))?;
+        Pin::new(&mut me.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if !me.close_sent {
+            me.conn.send_close_notify();
+            me.close_sent = true;
+        }
+        ready!(me.poll_flush_tls(cx))?;
+        Pin::new(&mut me.io).poll_shutdown(cx)
+    }
+}
+
+impl<C, D> Stream for TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    fn socket(&self) -> Option<RawSocket<'_>> {
+        self.io.socket()
+    }
+}
