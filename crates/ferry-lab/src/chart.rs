@@ -58,7 +58,7 @@ pub fn write_charts(
             scenarios.push(r.scenario.clone());
         }
     }
-    for test in [Test::Throughput, Test::Reverse] {
+    for test in Test::BULK {
         for s in &scenarios {
             let mine: Vec<_> = aggs
                 .iter()
@@ -91,20 +91,15 @@ pub fn write_charts(
                         .collect()
                 })
                 .collect();
-            let suffix = if test == Test::Reverse {
-                "-reverse"
-            } else {
-                ""
+            let suffix = match test {
+                Test::Throughput => String::new(),
+                t => format!("-{}", t.name()),
             };
             let file = format!("chart-{s}{suffix}.png");
-            let title = format!(
-                "{s}{}: throughput, MB/s",
-                if test == Test::Reverse {
-                    " (reverse)"
-                } else {
-                    ""
-                }
-            );
+            let title = match test {
+                Test::Throughput => format!("{s}: throughput, MB/s"),
+                t => format!("{s} ({}): throughput, MB/s", t.heading().0),
+            };
             draw(&out.join(&file), &title, &names, &streams, &values)?;
             let legend = format!(
                 "{title}. Groups left to right: {}. Bars in each group: {} connection(s){}.",

@@ -175,8 +175,11 @@ fn real_main() -> Result<ExitCode> {
                 },
             no_charts,
         } => {
-            if reverse && !tests.contains(&Test::Reverse) {
+            if reverse && !tests.contains(&Test::Reverse) && tests.contains(&Test::Throughput) {
                 tests.push(Test::Reverse);
+            }
+            if reverse && !tests.contains(&Test::Iperf3Reverse) && tests.contains(&Test::Iperf3) {
+                tests.push(Test::Iperf3Reverse);
             }
             if streams.contains(&0) || runs == 0 {
                 bail!("--streams and --runs must be at least 1");

@@ -265,7 +265,7 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
     let _ = writeln!(md, "Command: `{}`\n", command_line());
     let aggs = aggregate(rows);
     let base = o.baseline.as_deref();
-    for test in [Test::Throughput, Test::Reverse] {
+    for test in Test::BULK {
         let these: Vec<_> = aggs
             .iter()
             .filter(|(k, a)| k.2 == test.name() && a.status != Status::Skipped)
@@ -273,17 +273,12 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
         if these.is_empty() {
             continue;
         }
-        let dir = if test == Test::Throughput {
-            "loadgen → chain → receiver"
-        } else {
-            "receiver → chain → loadgen (--reverse)"
-        };
+        let (title, dir) = test.heading();
         let _ =
             writeln!(
             md,
-            "## {} ({dir})\n\n{} per measurement split over the connections; median of {} run(s). \
+            "## {title} ({dir})\n\n{} per measurement split over the connections; median of {} run(s). \
              CPU is user+system time of every proxy process; RSS is their summed peak (VmHWM).\n",
-            if test == Test::Throughput { "Throughput" } else { "Reverse throughput" },
             human_bytes(o.amount),
             o.runs
         );

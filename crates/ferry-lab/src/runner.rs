@@ -33,6 +33,42 @@ pub enum Test {
     /// RSS per held idle connection (the memory scenario; alias `memory`).
     #[value(alias = "memory")]
     Idle,
+    /// iperf3 client -> chain -> iperf3 server (the community reports' load; it loads the
+    /// proxy differently from loadgen: one control connection, then the data streams).
+    Iperf3,
+    /// iperf3 with `-R`: the server sends.
+    #[value(name = "iperf3-reverse")]
+    Iperf3Reverse,
+}
+
+impl Test {
+    /// The tests that move bulk data over `--streams` connections, in report order.
+    pub const BULK: [Test; 4] = [
+        Test::Throughput,
+        Test::Reverse,
+        Test::Iperf3,
+        Test::Iperf3Reverse,
+    ];
+
+    /// Sends server -> client.
+    pub fn is_reverse(self) -> bool {
+        matches!(self, Test::Reverse | Test::Iperf3Reverse)
+    }
+
+    /// Title and data path of its table.
+    pub fn heading(self) -> (&'static str, &'static str) {
+        match self {
+            Test::Throughput => ("Throughput", "loadgen → chain → receiver"),
+            Test::Reverse => (
+                "Reverse throughput",
+                "receiver → chain → loadgen (--reverse)",
+            ),
+            Test::Iperf3 => ("iperf3", "iperf3 -c → chain → iperf3 -s"),
+            Test::Iperf3Reverse => ("iperf3 reverse", "iperf3 -s → chain → iperf3 -c -R"),
+            Test::Latency => ("Latency", ""),
+            Test::Idle => ("Idle", ""),
+        }
+    }
 }
 
 impl Test {
@@ -42,6 +78,8 @@ impl Test {
             Test::Reverse => "reverse",
             Test::Latency => "latency",
             Test::Idle => "idle",
+            Test::Iperf3 => "iperf3",
+            Test::Iperf3Reverse => "iperf3-reverse",
         }
     }
 }
@@ -181,7 +219,9 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
         for imp in &impls {
             for t in &o.tests {
                 let params: Vec<usize> = match t {
-                    Test::Throughput | Test::Reverse => o.streams.clone(),
+                    Test::Throughput | Test::Reverse | Test::Iperf3 | Test::Iperf3Reverse => {
+                        o.streams.clone()
+                    }
                     Test::Latency => vec![1],
                     Test::Idle => o.idle.clone(),
                 };
@@ -274,7 +314,9 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
 
 fn param_label(t: Test, p: usize) -> String {
     match t {
-        Test::Throughput | Test::Reverse => format!("x{p}"),
+        Test::Throughput | Test::Reverse | Test::Iperf3 | Test::Iperf3Reverse => {
+            format!("x{p}")
+        }
         Test::Idle => format!("{p} conns"),
         Test::Latency => String::new(),
     }
@@ -580,6 +622,9 @@ impl Ctx<'_> {
                 );
             }
         }
+        if matches!(job.test, Test::Iperf3 | Test::Iperf3Reverse) {
+            return self.measure_iperf3(s, job, dir, row);
+        }
         let (target_port, reports, recv_task) = self.rt.block_on(receiver::start(0))?;
         let _stop_receiver = AbortOnDrop(recv_task);
         let mut chain = self.start_chain(s, &job.imp, dir, target_port)?;
@@ -643,6 +688,7 @@ impl Ctx<'_> {
                 row.ttfb = Some(ttfb);
                 row.rtt = Some(rtt);
             }
+            Test::Iperf3 | Test::Iperf3Reverse => unreachable!("measured by measure_iperf3"),
             Test::Idle => {
                 std::thread::sleep(Duration::from_millis(300));
                 let base = chain.procs.usage();
@@ -661,6 +707,66 @@ impl Ctx<'_> {
             }
         }
         chain.procs.stop_all();
+        row.status = Status::Ok;
+        Ok(())
+    }
+
+    /// iperf3 through the chain: `iperf3 -s` is the target, `iperf3 -c` connects to the entry
+    /// with `-P conns -n amount` (and `-R` in reverse); throughput is what the receiving side
+    /// counted.
+    fn measure_iperf3(&self, s: &Scenario, job: &Job, dir: &Path, row: &mut Row) -> Result<()> {
+        let o = self.o;
+        if s.entry == Entry::Socks {
+            bail!(
+                "{}: iperf3 needs a forwarding (dokodemo-door) entry",
+                s.name
+            );
+        }
+        let iperf = self.bin("iperf3")?;
+        let port = procs::free_port()?;
+        let mut server = Command::new(&iperf)
+            .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting iperf3 -s")?;
+        let res = (|| -> Result<()> {
+            let mut chain = self.start_chain(s, &job.imp, dir, port)?;
+            let entry = chain.target.connect.port();
+            let before = chain.procs.usage();
+            let mut cmd = Command::new(&iperf);
+            cmd.args(["-c", "127.0.0.1", "-p", &entry.to_string(), "-J"])
+                .args(["-P", &job.param.to_string(), "-n", &o.amount.to_string()]);
+            if job.test == Test::Iperf3Reverse {
+                cmd.arg("-R");
+            }
+            let out = cmd.output().context("running iperf3 -c")?;
+            let after = chain.procs.usage();
+            chain.procs.check_alive()?;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .with_context(|| format!("iperf3 -c printed no JSON (exit {})", out.status))?;
+            if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+                bail!("iperf3: {e}");
+            }
+            let sum = &v["end"]["sum_received"];
+            let bytes = sum["bytes"].as_f64().unwrap_or(0.0);
+            let secs = sum["seconds"].as_f64().unwrap_or(0.0);
+            if bytes <= 0.0 || secs <= 0.0 {
+                bail!("iperf3 moved nothing");
+            }
+            row.bytes = bytes as u64;
+            row.secs = secs;
+            row.mb_per_s = bytes / secs / 1e6;
+            row.gbit_per_s = row.mb_per_s * 8.0 / 1000.0;
+            row.cpu_secs = after.cpu_secs - before.cpu_secs;
+            row.cpu_secs_per_gb = row.cpu_secs / (bytes / 1e9);
+            row.peak_rss_kb = after.hwm_kb;
+            chain.procs.stop_all();
+            Ok(())
+        })();
+        let _ = server.kill();
+        let _ = server.wait();
+        res?;
         row.status = Status::Ok;
         Ok(())
     }
