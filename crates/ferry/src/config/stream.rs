@@ -51,10 +51,7 @@ impl ParseStream for StreamSettings {
             if let Some((p, v)) = s.get_alias(&key) {
                 let t = Obj::new(v, p, parent.diag())?;
                 if t.bool("acceptProxyProtocol")?.unwrap_or(false) {
-                    return Err(ConfigError::new(
-                        t.key_path("acceptProxyProtocol"),
-                        "PROXY protocol is not supported yet",
-                    ));
+                    accept_pp(&mut out, &t, outbound);
                 }
                 if let Some(h) = t.obj("header")? {
                     let ty = h.str("type")?.unwrap_or_else(|| "none".into());
@@ -88,10 +85,7 @@ impl ParseStream for StreamSettings {
             out.sockopt.keepalive_interval = so.u64("tcpKeepAliveInterval")?.unwrap_or(0) as u32;
             out.sockopt.interface = so.str("interface")?.filter(|s| !s.is_empty());
             if so.bool("acceptProxyProtocol")?.unwrap_or(false) {
-                return Err(ConfigError::new(
-                    so.key_path("acceptProxyProtocol"),
-                    "PROXY protocol is not supported yet",
-                ));
+                accept_pp(&mut out, &so, outbound);
             }
             if let Some(t) = so.str("tproxy")? {
                 if !t.eq_ignore_ascii_case("off") {
@@ -136,5 +130,17 @@ impl ParseStream for StreamSettings {
         }
         s.finish();
         Ok(out)
+    }
+}
+
+/// `acceptProxyProtocol: true` (inbounds; outbounds ignore it, as Xray does).
+fn accept_pp(out: &mut StreamSettings, o: &Obj<'_>, outbound: bool) {
+    if outbound {
+        o.diag().warn(
+            &o.key_path("acceptProxyProtocol"),
+            "applies to inbounds only; ignored",
+        );
+    } else {
+        out.accept_proxy_protocol = true;
     }
 }

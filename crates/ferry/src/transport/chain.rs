@@ -58,6 +58,9 @@ impl StreamSettings {
         // PROXY protocol, TLS and the transports take their places here as they arrive
         // (their settings are refused by the config reader until then).
         let mut layers: Vec<Arc<dyn Layer>> = Vec::new();
+        if self.accept_proxy_protocol {
+            layers.push(Arc::new(super::proxy_protocol::AcceptProxyProtocol));
+        }
         match &self.security {
             Security::None => {}
             Security::Tls(t) => layers.push(t.clone()),
@@ -83,7 +86,11 @@ impl StreamSettings {
                 opts: self.sockopt.clone(),
             })
         });
-        let layers = self.layers();
+        let layers: Vec<_> = StreamSettings {
+            accept_proxy_protocol: false,
+            ..self.clone()
+        }
+        .layers();
         if layers.is_empty() {
             base
         } else {

@@ -10,6 +10,7 @@
 pub mod chain;
 pub mod listener;
 pub mod prefixed;
+pub mod proxy_protocol;
 pub mod read_ahead;
 pub mod tcp;
 pub mod tls;
