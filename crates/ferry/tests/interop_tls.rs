@@ -301,9 +301,12 @@ fn singbox_client(proto: Proto, server: u16, c: &Certs, e: &Ends) -> String {
     )
 }
 
-/// trojan-gfw and trojan-go share the config shape. `remote_addr`/`remote_port` is the
-/// server's fallback for what is not Trojan: trojan-go dials it at start ("invalid redirect
-/// address. check your http server") unless `disable_http_check`, so it is a live listener.
+/// trojan-gfw and trojan-go share the config shape (fields left out take their defaults in
+/// both). `remote_addr`/`remote_port` is the server's fallback for what is not Trojan:
+/// trojan-go dials it at start ("invalid redirect address. check your http server") unless
+/// `disable_http_check`, so it is a live listener. trojan-go's server also checks the client's
+/// SNI against `ssl.sni` and the certificate's names (`verify_hostname`, on by default): a
+/// client must send `serverName` "ferry.test".
 fn trojan_server(port: u16, fallback: u16, c: &Certs) -> String {
     format!(
         r#"{{"run_type":"server","local_addr":"127.0.0.1","local_port":{port},
@@ -318,6 +321,12 @@ fn trojan_server(port: u16, fallback: u16, c: &Certs) -> String {
 /// `socks`. Both verify the server against the test certificate (`ssl.cert` as the only
 /// root, `sni` as the verified name). trojan-go's `mux` stays off: Ferry speaks no
 /// trojan-go mux.
+///
+/// trojan-go's UDP association names no destination in its Trojan header: the request is
+/// command 3 to the domain "UDP_CONN" port 0, and every frame carries its own address. A
+/// server must not resolve or dial the header's address for command 3: sing-box v1.14.1's
+/// does ("lookup UDP_CONN: NXDOMAIN"), so trojan-go client -> sing-box server UDP fails
+/// (not one of the chains below); Xray, trojan-gfw and trojan-go servers ignore it.
 fn trojan_client(socks: u16, server: u16, c: &Certs) -> String {
     format!(
         r#"{{"run_type":"client","local_addr":"127.0.0.1","local_port":{socks},
@@ -933,7 +942,9 @@ fn tls_settings_case(server: Imp) {
     let p = spawn_peer(server, &cfg, &[a, b]);
     let ctx = |what: &str| format!("{server:?}: {what}\n{}", p.output());
 
-    // maxVersion 1.2: TLS 1.2 is agreed, TLS 1.3 alone is refused.
+    // maxVersion 1.2: TLS 1.2 is agreed, TLS 1.3 alone is refused. (OpenSSL 3's s_client
+    // prints its "Protocol :" line only with a session, which a TLS 1.3 server may not have
+    // sent yet: "New, TLSv1.x," is always there.)
     let out = s_client(a, &c, &["-servername", SNI, "-alpn", "http/1.1,h2"])
         .unwrap_or_else(|| panic!("{}", ctx("no handshake")));
     assert!(out.contains("New, TLSv1.2,"), "{}", ctx(&out));
