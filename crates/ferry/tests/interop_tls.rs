@@ -620,244 +620,85 @@ fn udp_case(proto: Proto, client: Imp, server: Imp) {
     );
 }
 
-macro_rules! tcp {
-    ($name:ident, $proto:expr, $client:expr, $server:expr, $len:expr) => {
-        #[test]
-        fn $name() {
-            tcp_case($proto, $client, $server, $len);
-        }
+macro_rules! tcp_cases {
+    ($($name:ident: $proto:ident, $client:ident -> $server:ident, $len:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                tcp_case($proto, $client, $server, $len);
+            }
+        )*
     };
 }
 
-macro_rules! udp {
-    ($name:ident, $proto:expr, $client:expr, $server:expr) => {
-        #[test]
-        fn $name() {
-            udp_case($proto, $client, $server);
-        }
+macro_rules! udp_cases {
+    ($($name:ident: $proto:ident, $client:ident -> $server:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                udp_case($proto, $client, $server);
+            }
+        )*
     };
 }
 
 // VLESS over TLS: Xray and sing-box, each way.
-tcp!(
-    vless_xray_client_to_ferry_server_tcp_50mb,
-    Vless,
-    Xray,
-    Ferry,
-    BIG
-);
-tcp!(
-    vless_ferry_client_to_xray_server_tcp_50mb,
-    Vless,
-    Ferry,
-    Xray,
-    BIG
-);
-tcp!(
-    vless_singbox_client_to_ferry_server_tcp_50mb,
-    Vless,
-    SingBox,
-    Ferry,
-    BIG
-);
-tcp!(
-    vless_ferry_client_to_singbox_server_tcp_50mb,
-    Vless,
-    Ferry,
-    SingBox,
-    BIG
-);
-udp!(vless_xray_client_to_ferry_server_udp, Vless, Xray, Ferry);
-udp!(vless_ferry_client_to_xray_server_udp, Vless, Ferry, Xray);
-udp!(
-    vless_singbox_client_to_ferry_server_udp,
-    Vless,
-    SingBox,
-    Ferry
-);
-udp!(
-    vless_ferry_client_to_singbox_server_udp,
-    Vless,
-    Ferry,
-    SingBox
-);
+tcp_cases! {
+    vless_xray_client_to_ferry_server_tcp_50mb: Vless, Xray -> Ferry, BIG;
+    vless_ferry_client_to_xray_server_tcp_50mb: Vless, Ferry -> Xray, BIG;
+    vless_singbox_client_to_ferry_server_tcp_50mb: Vless, SingBox -> Ferry, BIG;
+    vless_ferry_client_to_singbox_server_tcp_50mb: Vless, Ferry -> SingBox, BIG;
+}
+udp_cases! {
+    vless_xray_client_to_ferry_server_udp: Vless, Xray -> Ferry;
+    vless_ferry_client_to_xray_server_udp: Vless, Ferry -> Xray;
+    vless_singbox_client_to_ferry_server_udp: Vless, SingBox -> Ferry;
+    vless_ferry_client_to_singbox_server_udp: Vless, Ferry -> SingBox;
+}
 
 // Trojan over TLS: Xray, sing-box, trojan-gfw and trojan-go, each way.
-tcp!(
-    trojan_xray_client_to_ferry_server_tcp_50mb,
-    Trojan,
-    Xray,
-    Ferry,
-    BIG
-);
-tcp!(
-    trojan_ferry_client_to_xray_server_tcp_50mb,
-    Trojan,
-    Ferry,
-    Xray,
-    BIG
-);
-tcp!(
-    trojan_singbox_client_to_ferry_server_tcp_50mb,
-    Trojan,
-    SingBox,
-    Ferry,
-    BIG
-);
-tcp!(
-    trojan_ferry_client_to_singbox_server_tcp_50mb,
-    Trojan,
-    Ferry,
-    SingBox,
-    BIG
-);
-tcp!(
-    trojan_gfw_client_to_ferry_server_tcp_50mb,
-    Trojan,
-    TrojanGfw,
-    Ferry,
-    BIG
-);
-tcp!(
-    trojan_ferry_client_to_gfw_server_tcp_50mb,
-    Trojan,
-    Ferry,
-    TrojanGfw,
-    BIG
-);
-tcp!(
-    trojan_go_client_to_ferry_server_tcp_50mb,
-    Trojan,
-    TrojanGo,
-    Ferry,
-    BIG
-);
-tcp!(
-    trojan_ferry_client_to_go_server_tcp_50mb,
-    Trojan,
-    Ferry,
-    TrojanGo,
-    BIG
-);
-udp!(trojan_xray_client_to_ferry_server_udp, Trojan, Xray, Ferry);
-udp!(trojan_ferry_client_to_xray_server_udp, Trojan, Ferry, Xray);
-udp!(
-    trojan_singbox_client_to_ferry_server_udp,
-    Trojan,
-    SingBox,
-    Ferry
-);
-udp!(
-    trojan_ferry_client_to_singbox_server_udp,
-    Trojan,
-    Ferry,
-    SingBox
-);
-udp!(
-    trojan_gfw_client_to_ferry_server_udp,
-    Trojan,
-    TrojanGfw,
-    Ferry
-);
-udp!(
-    trojan_ferry_client_to_gfw_server_udp,
-    Trojan,
-    Ferry,
-    TrojanGfw
-);
-udp!(
-    trojan_go_client_to_ferry_server_udp,
-    Trojan,
-    TrojanGo,
-    Ferry
-);
-udp!(
-    trojan_ferry_client_to_go_server_udp,
-    Trojan,
-    Ferry,
-    TrojanGo
-);
+tcp_cases! {
+    trojan_xray_client_to_ferry_server_tcp_50mb: Trojan, Xray -> Ferry, BIG;
+    trojan_ferry_client_to_xray_server_tcp_50mb: Trojan, Ferry -> Xray, BIG;
+    trojan_singbox_client_to_ferry_server_tcp_50mb: Trojan, SingBox -> Ferry, BIG;
+    trojan_ferry_client_to_singbox_server_tcp_50mb: Trojan, Ferry -> SingBox, BIG;
+    trojan_gfw_client_to_ferry_server_tcp_50mb: Trojan, TrojanGfw -> Ferry, BIG;
+    trojan_ferry_client_to_gfw_server_tcp_50mb: Trojan, Ferry -> TrojanGfw, BIG;
+    trojan_go_client_to_ferry_server_tcp_50mb: Trojan, TrojanGo -> Ferry, BIG;
+    trojan_ferry_client_to_go_server_tcp_50mb: Trojan, Ferry -> TrojanGo, BIG;
+}
+udp_cases! {
+    trojan_xray_client_to_ferry_server_udp: Trojan, Xray -> Ferry;
+    trojan_ferry_client_to_xray_server_udp: Trojan, Ferry -> Xray;
+    trojan_singbox_client_to_ferry_server_udp: Trojan, SingBox -> Ferry;
+    trojan_ferry_client_to_singbox_server_udp: Trojan, Ferry -> SingBox;
+    trojan_gfw_client_to_ferry_server_udp: Trojan, TrojanGfw -> Ferry;
+    trojan_ferry_client_to_gfw_server_udp: Trojan, Ferry -> TrojanGfw;
+    // trojan-go's client names "UDP_CONN":0 in the Trojan header of its UDP association.
+    trojan_go_client_to_ferry_server_udp: Trojan, TrojanGo -> Ferry;
+    trojan_ferry_client_to_go_server_udp: Trojan, Ferry -> TrojanGo;
+}
 
 // The same configs peer to peer: every client config and every server config above works
-// against another implementation, so a failing Ferry case is Ferry's.
-tcp!(
-    peers_vless_xray_client_to_singbox_server_tcp,
-    Vless,
-    Xray,
-    SingBox,
-    SMALL
-);
-tcp!(
-    peers_vless_singbox_client_to_xray_server_tcp,
-    Vless,
-    SingBox,
-    Xray,
-    SMALL
-);
-udp!(
-    peers_vless_xray_client_to_singbox_server_udp,
-    Vless,
-    Xray,
-    SingBox
-);
-udp!(
-    peers_vless_singbox_client_to_xray_server_udp,
-    Vless,
-    SingBox,
-    Xray
-);
-tcp!(
-    peers_trojan_xray_client_to_go_server_tcp,
-    Trojan,
-    Xray,
-    TrojanGo,
-    SMALL
-);
-tcp!(
-    peers_trojan_go_client_to_xray_server_tcp,
-    Trojan,
-    TrojanGo,
-    Xray,
-    SMALL
-);
-tcp!(
-    peers_trojan_singbox_client_to_gfw_server_tcp,
-    Trojan,
-    SingBox,
-    TrojanGfw,
-    SMALL
-);
-tcp!(
-    peers_trojan_gfw_client_to_singbox_server_tcp,
-    Trojan,
-    TrojanGfw,
-    SingBox,
-    SMALL
-);
-udp!(
-    peers_trojan_xray_client_to_go_server_udp,
-    Trojan,
-    Xray,
-    TrojanGo
-);
-udp!(
-    peers_trojan_go_client_to_xray_server_udp,
-    Trojan,
-    TrojanGo,
-    Xray
-);
-udp!(
-    peers_trojan_singbox_client_to_gfw_server_udp,
-    Trojan,
-    SingBox,
-    TrojanGfw
-);
-udp!(
-    peers_trojan_gfw_client_to_singbox_server_udp,
-    Trojan,
-    TrojanGfw,
-    SingBox
-);
+// against another implementation, so a failing Ferry case is Ferry's. (All 16 pairs of the
+// four peers were run by hand with 50 MB: only trojan-go client -> sing-box server UDP fails,
+// see trojan_client.)
+tcp_cases! {
+    peers_vless_xray_client_to_singbox_server_tcp: Vless, Xray -> SingBox, SMALL;
+    peers_vless_singbox_client_to_xray_server_tcp: Vless, SingBox -> Xray, SMALL;
+    peers_trojan_xray_client_to_go_server_tcp: Trojan, Xray -> TrojanGo, SMALL;
+    peers_trojan_go_client_to_xray_server_tcp: Trojan, TrojanGo -> Xray, SMALL;
+    peers_trojan_singbox_client_to_gfw_server_tcp: Trojan, SingBox -> TrojanGfw, SMALL;
+    peers_trojan_gfw_client_to_singbox_server_tcp: Trojan, TrojanGfw -> SingBox, SMALL;
+}
+udp_cases! {
+    peers_vless_xray_client_to_singbox_server_udp: Vless, Xray -> SingBox;
+    peers_vless_singbox_client_to_xray_server_udp: Vless, SingBox -> Xray;
+    peers_trojan_xray_client_to_go_server_udp: Trojan, Xray -> TrojanGo;
+    peers_trojan_go_client_to_xray_server_udp: Trojan, TrojanGo -> Xray;
+    peers_trojan_singbox_client_to_gfw_server_udp: Trojan, SingBox -> TrojanGfw;
+    peers_trojan_gfw_client_to_singbox_server_udp: Trojan, TrojanGfw -> SingBox;
+}
 
 // Pins: OpenSSL's colon-separated uppercase form is accepted as Xray accepts it, and a
 // certificate other than the pinned one is refused.
