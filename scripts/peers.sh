@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peer implementations Ferry is measured and interop-tested against, from the package
 # registries only, into a cache outside the clone. Idempotent: a peer already installed at its pinned
-# version is kept. Usage: scripts/peers.sh [xray|sing-box|ss-rust|debian|all]...
+# version is kept. Usage: scripts/peers.sh [xray|sing-box|trojan-go|ss-rust|debian|all]...
 #
 # Cache: $FERRY_PEERS, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin. Every peer ends up as an
 # executable (or a symlink) in that one folder, which tests and ferry-lab search.
@@ -9,6 +9,10 @@ set -euo pipefail
 
 XRAY_VERSION=v1.260327.0
 SINGBOX_VERSION=v1.14.1
+# trojan-go's last release (2021). The Go module proxy serves this version but refuses the module's
+# version list, so `go install …@v0.10.6` fails on its deprecation look-up: build it from a small
+# wrapper module instead (same result: upstream's go.mod has no replace directives).
+TROJANGO_VERSION=v0.10.6
 SSRUST_VERSION=1.25.0
 # fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates.
 DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light curl fonts-dejavu-core openssl)
@@ -37,6 +41,19 @@ install_singbox() {
   GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install "github.com/sagernet/sing-box/cmd/sing-box@$SINGBOX_VERSION"
   mv "$tmp/sing-box" "$BIN/sing-box"; rm -rf "$tmp"
   echo "$SINGBOX_VERSION" > "$STAMPS/sing-box"
+}
+
+install_trojango() {
+  if have trojan-go "$TROJANGO_VERSION"; then log "trojan-go $TROJANGO_VERSION cached"; return; fi
+  log "building trojan-go $TROJANGO_VERSION (go build in a wrapper module, tags full)"
+  local tmp; tmp=$(mktemp -d)
+  printf 'module ferry.peers/trojan-go\n\ngo 1.17\n\nrequire github.com/p4gefau1t/trojan-go %s\n' \
+    "$TROJANGO_VERSION" > "$tmp/go.mod"
+  local pkg=github.com/p4gefau1t/trojan-go
+  (cd "$tmp" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -tags full -trimpath \
+    -ldflags "-s -w -X $pkg/constant.Version=$TROJANGO_VERSION" -o "$tmp/trojan-go" "$pkg")
+  mv "$tmp/trojan-go" "$BIN/trojan-go"; rm -rf "$tmp"
+  echo "$TROJANGO_VERSION" > "$STAMPS/trojan-go"
 }
 
 install_ssrust() {
@@ -79,6 +96,7 @@ report() {
   [ -x "$BIN/ssserver" ] && printf '  ssserver  %s\n' "$("$BIN/ssserver" --version 2>/dev/null | head -1)"
   [ -x "$BIN/v2ray" ] && printf '  v2ray     %s\n' "$("$BIN/v2ray" -version 2>/dev/null | head -1)"
   [ -x "$BIN/ss-server" ] && printf '  ss-libev  %s\n' "$(dpkg-query -W -f='${Version}' shadowsocks-libev 2>/dev/null)"
+  [ -x "$BIN/trojan-go" ] && printf '  trojan-go %s\n' "$("$BIN/trojan-go" -version 2>/dev/null | head -1)"
   [ -x "$BIN/trojan" ] && printf '  trojan    %s\n' "$(dpkg-query -W -f='${Version}' trojan 2>/dev/null)"
   [ -x "$BIN/iperf3" ] && printf '  iperf3    %s\n' "$(dpkg-query -W -f='${Version}' iperf3 2>/dev/null)"
   [ -x "$BIN/nginx" ] && printf '  nginx     %s\n' "$(dpkg-query -W -f='${Version}' nginx-light 2>/dev/null)"
@@ -91,9 +109,10 @@ for t in "${targets[@]}"; do
   case "$t" in
     xray) install_xray ;;
     sing-box) install_singbox ;;
+    trojan-go) install_trojango ;;
     ss-rust) install_ssrust ;;
     debian) install_debian ;;
-    all) install_debian; install_xray; install_singbox; install_ssrust ;;
+    all) install_debian; install_xray; install_singbox; install_trojango; install_ssrust ;;
     *) log "unknown peer group: $t"; exit 2 ;;
   esac
 done
