@@ -35,7 +35,7 @@ enum Cmd {
         #[arg(
             long = "impl",
             value_delimiter = ',',
-            default_value = "ferry,xray,sing-box,v2ray,ss-rust,ss-libev,trojan"
+            default_value = "ferry,xray,sing-box,v2ray,ss-rust,ss-libev,trojan,trojan-go"
         )]
         impls: Vec<String>,
         /// Connection counts for throughput tests.

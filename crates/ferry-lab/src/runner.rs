@@ -17,7 +17,14 @@ use crate::scenario::{self, Entry, Scenario};
 
 /// Every implementation the lab knows, in report order.
 pub const ALL_IMPLS: &[&str] = &[
-    "ferry", "xray", "sing-box", "v2ray", "ss-rust", "ss-libev", "trojan",
+    "ferry",
+    "xray",
+    "sing-box",
+    "v2ray",
+    "ss-rust",
+    "ss-libev",
+    "trojan",
+    "trojan-go",
 ];
 
 /// What to measure.
