@@ -118,16 +118,66 @@ impl Dispatcher {
             Accepted::Packets(session, client) => {
                 crate::app::udp::serve_packets(self, session, client, &ctx.traffic).await
             }
-            Accepted::Fallback(_) => {
-                tracing::info!(
-                    "[{}] connection from {}: not this protocol, and no fallback is configured",
-                    ctx.tag,
-                    ctx.info.source
-                );
-                Ok(())
-            }
+            Accepted::Fallback(stream, fb) => self.fall_back(stream, &fb, ctx).await,
             Accepted::Done => Ok(()),
         }
+    }
+
+    /// Relays a connection that is not the inbound's protocol to its fallback: dialed as Xray
+    /// does (up to five retries, backing off from 100 ms), a PROXY header first when `xver`
+    /// asks, then every byte the client sent.
+    async fn fall_back(
+        &self,
+        client: BoxStream,
+        fb: &crate::proxy::fallback::Fallback,
+        ctx: &InboundCtx,
+    ) -> io::Result<()> {
+        use crate::transport::Dialer;
+        use tokio::io::AsyncWriteExt;
+        let dialer = crate::transport::SocketDialer {
+            opts: Default::default(),
+        };
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 0;
+        let mut server = loop {
+            match dialer.dial_tcp(&fb.dest).await {
+                Ok(s) => break s,
+                Err(e) if attempt < 5 => {
+                    tracing::debug!("[{}] fallback {}: {e}; retrying", ctx.tag, fb.dest);
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "[{}] connection from {}: fallback {} unreachable: {e}",
+                        ctx.tag,
+                        ctx.info.source,
+                        fb.dest
+                    );
+                    return Ok(());
+                }
+            }
+        };
+        if fb.xver > 0 {
+            let h = crate::transport::proxy_protocol::encode(
+                fb.xver,
+                &ctx.info.source,
+                &ctx.info.local,
+            );
+            server.write_all(&h).await?;
+        }
+        tracing::info!(
+            "[{}] connection from {} to fallback {}",
+            ctx.tag,
+            ctx.info.source,
+            fb.dest
+        );
+        let level = self.policy.level(0);
+        let opts = level.relay_opts();
+        let counters = crate::relay::Counters::default();
+        crate::relay::run(client, server, &opts, &counters).await?;
+        Ok(())
     }
 
     /// Routes, dials and relays one TCP session to its end. `stream` is the client side,

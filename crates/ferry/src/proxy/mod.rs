@@ -3,6 +3,7 @@
 
 pub mod blackhole;
 pub mod dokodemo;
+pub mod fallback;
 pub mod freedom;
 pub mod head;
 pub mod headed;
@@ -65,8 +66,8 @@ pub enum Accepted {
     /// datagram's, which routes it.
     Packets(Session, Box<dyn PacketConn>),
     /// Not this protocol's traffic: hand the stream (which replays every byte the client sent)
-    /// to the inbound's fallback.
-    Fallback(BoxStream),
+    /// to the fallback the inbound chose.
+    Fallback(BoxStream, Arc<fallback::Fallback>),
     /// Nothing more to do (answered, refused or drained; already logged).
     Done,
 }

@@ -3,6 +3,7 @@
 //! the fallback, with every byte the client sent, as Xray does (closed while there is none).
 
 use std::io;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::time::{timeout_at, Instant};
@@ -13,6 +14,7 @@ use super::{parse_client, Account};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
+use crate::proxy::fallback::{divert, Fallbacks};
 use crate::proxy::head::HeadReader;
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
@@ -24,13 +26,19 @@ const MAX_HEADER: usize = 320;
 pub struct Inbound {
     users: Users<Account>,
     counters: CounterSource,
+    fallbacks: Option<Arc<Fallbacks>>,
 }
 
 impl Inbound {
-    pub fn new(accounts: Vec<Account>, counters: CounterSource) -> Self {
+    pub fn new(
+        accounts: Vec<Account>,
+        counters: CounterSource,
+        fallbacks: Option<Arc<Fallbacks>>,
+    ) -> Self {
         Inbound {
             users: Users::new(accounts),
             counters,
+            fallbacks,
         }
     }
 }
@@ -40,6 +48,29 @@ impl InboundHandler for Inbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
         let mut r = HeadReader::new(stream, MAX_HEADER);
+        let fbs = self.fallbacks.as_deref();
+        if fbs.is_some() {
+            // As Xray: one read decides; too short for a Trojan request, or no CR after the
+            // hash, is not Trojan (a short HTTP request must not wait for more bytes).
+            match timeout_at(deadline, r.fill()).await {
+                Err(_) => {
+                    tracing::info!(
+                        "[{}] trojan from {}: handshake timed out",
+                        ctx.tag,
+                        ctx.info.source
+                    );
+                    return Ok(Accepted::Done);
+                }
+                Ok(Err(e)) => {
+                    tracing::info!("[{}] trojan from {}: {e}", ctx.tag, ctx.info.source);
+                    return Ok(Accepted::Done);
+                }
+                Ok(Ok(())) => {}
+            }
+            if r.buf.len() < 58 || r.buf[56] != b'\r' {
+                return Ok(divert(fbs, r, ctx, "trojan", &"not Trojan"));
+            }
+        }
         let (req, n) = match timeout_at(deadline, r.read_until(codec::decode_request)).await {
             Err(_) => {
                 tracing::info!(
@@ -57,20 +88,12 @@ impl InboundHandler for Inbound {
                 );
                 return Ok(Accepted::Done);
             }
-            Ok(Ok(Err(e))) => {
-                tracing::info!("[{}] trojan from {}: {e}", ctx.tag, ctx.info.source);
-                return Ok(Accepted::Fallback(r.into_stream()));
-            }
+            Ok(Ok(Err(e))) => return Ok(divert(fbs, r, ctx, "trojan", &e)),
             Ok(Ok(Ok(x))) => x,
         };
         let users = self.users.load();
         let Some(acct) = users.iter().find(|a| a.hash == req.hash) else {
-            tracing::info!(
-                "[{}] trojan from {}: unknown password",
-                ctx.tag,
-                ctx.info.source
-            );
-            return Ok(Accepted::Fallback(r.into_stream()));
+            return Ok(divert(fbs, r, ctx, "trojan", &"unknown password"));
         };
         r.consume(n);
         let network = if req.cmd == CMD_UDP {

@@ -53,12 +53,7 @@ pub fn parse_client(c: &Obj<'_>, counters: &crate::registry::CounterSource) -> R
 }
 
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
-    if o.has("fallbacks") {
-        return Err(ConfigError::new(
-            o.key_path("fallbacks"),
-            "fallbacks are not supported yet",
-        ));
-    }
+    let fallbacks = crate::proxy::fallback::Fallbacks::parse(o)?;
     let mut accounts = Vec::new();
     for c in o.objs(&["clients"])? {
         accounts.push(parse_client(&c, b.counters)?);
@@ -67,6 +62,7 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
     Ok(Arc::new(inbound::Inbound::new(
         accounts,
         b.counters.clone(),
+        fallbacks,
     )))
 }
 

@@ -3,6 +3,7 @@
 //! datagrams. A bad header is logged and the connection closed (fallbacks: their issue).
 
 use std::io;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::time::{timeout_at, Instant};
@@ -13,6 +14,7 @@ use super::{parse_client, Account};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
+use crate::proxy::fallback::{divert, Fallbacks};
 use crate::proxy::head::HeadReader;
 use crate::proxy::headed::ServerStream;
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
@@ -25,13 +27,19 @@ const MAX_HEADER: usize = 533;
 pub struct Inbound {
     users: Users<Account>,
     counters: CounterSource,
+    fallbacks: Option<Arc<Fallbacks>>,
 }
 
 impl Inbound {
-    pub fn new(accounts: Vec<Account>, counters: CounterSource) -> Self {
+    pub fn new(
+        accounts: Vec<Account>,
+        counters: CounterSource,
+        fallbacks: Option<Arc<Fallbacks>>,
+    ) -> Self {
         Inbound {
             users: Users::new(accounts),
             counters,
+            fallbacks,
         }
     }
 }
@@ -41,6 +49,35 @@ impl InboundHandler for Inbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
         let mut r = HeadReader::new(stream, MAX_HEADER);
+        let fbs = self.fallbacks.as_deref();
+        if fbs.is_some() {
+            // As Xray: one read decides. Shorter than version + UUID, another version, or an
+            // unknown UUID is not VLESS; errors after a known UUID close the connection.
+            match timeout_at(deadline, r.fill()).await {
+                Err(_) => {
+                    tracing::info!(
+                        "[{}] vless from {}: handshake timed out",
+                        ctx.tag,
+                        ctx.info.source
+                    );
+                    return Ok(Accepted::Done);
+                }
+                Ok(Err(e)) => {
+                    tracing::info!("[{}] vless from {}: {e}", ctx.tag, ctx.info.source);
+                    return Ok(Accepted::Done);
+                }
+                Ok(Ok(())) => {}
+            }
+            if r.buf.len() < 18 || r.buf[0] != 0 {
+                return Ok(divert(fbs, r, ctx, "vless", &"not VLESS"));
+            }
+            let mut uuid = [0u8; 16];
+            uuid.copy_from_slice(&r.buf[1..17]);
+            let key = codec::lookup_key(&uuid);
+            if !self.users.load().iter().any(|a| a.key == key) {
+                return Ok(divert(fbs, r, ctx, "vless", &"unknown user"));
+            }
+        }
         let req = match timeout_at(deadline, r.read_until(codec::decode_request)).await {
             Err(_) => {
                 tracing::info!(

@@ -78,12 +78,7 @@ fn check_decryption(o: &Obj<'_>, key: &str) -> Result<()> {
 
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
     check_decryption(o, "decryption")?;
-    if o.has("fallbacks") {
-        return Err(ConfigError::new(
-            o.key_path("fallbacks"),
-            "fallbacks are not supported yet",
-        ));
-    }
+    let fallbacks = crate::proxy::fallback::Fallbacks::parse(o)?;
     let mut accounts = Vec::new();
     for c in o.objs(&["clients"])? {
         accounts.push(parse_client(&c, b.counters)?);
@@ -92,6 +87,7 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
     Ok(Arc::new(inbound::Inbound::new(
         accounts,
         b.counters.clone(),
+        fallbacks,
     )))
 }
 

@@ -1,0 +1,286 @@
+//! Fallbacks with a real web server behind them: nginx (Debian's nginx-light, started here on
+//! loopback with its own prefix) serves pages behind a Ferry Trojan+TLS and VLESS+TLS inbound;
+//! curl gets them over HTTPS by SNI, by ALPN (h2 vs http/1.1) and by path, over a TCP port, a
+//! unix socket and an abstract socket, with PROXY v1/v2 headers nginx reads as the client's
+//! address; and the proxy path still works on the same port.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+const ID: &str = "27848739-7e62-4138-9fd3-098a63964b6b";
+const PW: &str = "fallback test password";
+
+fn ferry_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ferry"))
+}
+
+/// nginx: `site-tcp` on `tcp`, `site-unix` on a unix socket, `site-h2` (h2c) on `h2`, and on
+/// `pp1`/`pp2` a server that expects a PROXY header and answers with the address it carried.
+fn nginx(d: &Path, tcp: u16, h2: u16, pp: u16) -> Proc {
+    let sock = d.join("nginx.sock");
+    let conf = format!(
+        r#"user root;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+    access_log {dir}/access.log;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    default_type text/plain;
+    server {{ listen 127.0.0.1:{tcp}; location / {{ return 200 "site-tcp $request_uri\n"; }} }}
+    server {{ listen unix:{sock}; location / {{ return 200 "site-unix $request_uri\n"; }} }}
+    server {{ listen 127.0.0.1:{h2} http2; location / {{ return 200 "site-h2 $server_protocol\n"; }} }}
+    server {{
+        listen 127.0.0.1:{pp} proxy_protocol;
+        set_real_ip_from 127.0.0.0/8;
+        real_ip_header proxy_protocol;
+        location / {{ return 200 "client $remote_addr\n"; }}
+    }}
+}}
+"#,
+        dir = d.display(),
+        sock = sock.display()
+    );
+    let p = spawn_with_config(
+        &peer("nginx"),
+        "nginx",
+        &conf,
+        &[
+            "-p",
+            d.to_str().unwrap(),
+            "-c",
+            "{config}",
+            "-g",
+            "daemon off;",
+        ],
+    );
+    for port in [tcp, h2, pp] {
+        wait_listening(port, &p);
+    }
+    p
+}
+
+fn cert(dir: &Path) -> (String, String, String) {
+    let prefix = dir.join("srv");
+    let out = Command::new(ferry_bin())
+        .args([
+            "tls",
+            "cert",
+            "--domain",
+            "ferry.test",
+            "--domain",
+            "b.test",
+            "--file",
+        ])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let p = prefix.to_str().unwrap();
+    (
+        format!("{p}.crt"),
+        format!("{p}.key"),
+        String::from_utf8(out.stdout).unwrap().trim().to_string(),
+    )
+}
+
+/// `curl -sk` to https://NAME:PORT/PATH, resolved to 127.0.0.1, from source `from`.
+fn curl(name: &str, port: u16, path: &str, extra: &[&str]) -> String {
+    let out = Command::new(peer("curl"))
+        .args(["-sk", "--max-time", "10", "--resolve"])
+        .arg(format!("{name}:{port}:127.0.0.1"))
+        .args(extra)
+        .arg(format!("https://{name}:{port}{path}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn fallbacks_json(tcp: u16, h2: u16, pp: u16, sock: &Path) -> String {
+    format!(
+        r#"[{{"dest":{tcp}}},
+            {{"path":"/unix","dest":"{sock}"}},
+            {{"path":"/abstract","dest":"@ferry-fb-{tcp}"}},
+            {{"path":"/pp1","dest":{pp},"xver":1}},
+            {{"path":"/pp2","dest":"127.0.0.1:{pp}","xver":2}},
+            {{"alpn":"h2","dest":{h2}}},
+            {{"name":"b.test","dest":{pp},"xver":2}}]"#,
+        sock = sock.display()
+    )
+}
+
+fn check_fallbacks(port: u16, f: &Proc) {
+    let http1 = ["--http1.1"];
+    assert_eq!(
+        curl("ferry.test", port, "/", &http1),
+        "site-tcp /",
+        "{}",
+        f.output()
+    );
+    assert_eq!(
+        curl("ferry.test", port, "/x?y=1", &http1),
+        "site-tcp /x?y=1"
+    );
+    // By path, to a unix socket and to an abstract socket (a dokodemo inbound listening on
+    // it forwards to the TCP site).
+    assert_eq!(curl("ferry.test", port, "/unix", &http1), "site-unix /unix");
+    assert_eq!(
+        curl("ferry.test", port, "/abstract", &http1),
+        "site-tcp /abstract"
+    );
+    // PROXY v1 and v2: nginx sees the client's own address (curl binds 127.0.0.7).
+    let from = ["--http1.1", "--interface", "127.0.0.7"];
+    assert_eq!(curl("ferry.test", port, "/pp1", &from), "client 127.0.0.7");
+    assert_eq!(curl("ferry.test", port, "/pp2", &from), "client 127.0.0.7");
+    // By ALPN: h2 negotiated goes to the h2c server.
+    assert_eq!(
+        curl("ferry.test", port, "/", &["--http2"]),
+        "site-h2 HTTP/2.0"
+    );
+    // By SNI.
+    assert_eq!(curl("b.test", port, "/", &from), "client 127.0.0.7");
+}
+
+fn inbound(proto: &str, port: u16, c: &(String, String, String), fbs: &str) -> String {
+    let clients = if proto == "trojan" {
+        format!(r#"[{{"password":"{PW}"}}]"#)
+    } else {
+        format!(r#"[{{"id":"{ID}"}}],"decryption":"none""#)
+    };
+    format!(
+        r#"{{"tag":"{proto}-in","listen":"127.0.0.1","port":{port},"protocol":"{proto}",
+            "settings":{{"clients":{clients},"fallbacks":{fbs}}},
+            "streamSettings":{{"security":"tls","tlsSettings":{{"alpn":["h2","http/1.1"],
+              "certificates":[{{"certificateFile":"{}","keyFile":"{}"}}]}}}}}}"#,
+        c.0, c.1
+    )
+}
+
+#[test]
+fn trojan_and_vless_fall_back_to_nginx_by_sni_alpn_and_path() {
+    let d = tempdir::Dir::new("fallbacks");
+    let (tcp, h2, pp, tj, vl) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let _n = nginx(d.path(), tcp, h2, pp);
+    let c = cert(d.path());
+    let fbs = fallbacks_json(tcp, h2, pp, &d.path().join("nginx.sock"));
+    let abstract_fwd = format!(
+        r#"{{"listen":"@ferry-fb-{tcp}","protocol":"dokodemo-door",
+            "settings":{{"address":"127.0.0.1","port":{tcp},"network":"tcp"}}}}"#
+    );
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{abstract_fwd}],
+            "outbounds":[{{"protocol":"freedom"}}]}}"#,
+        inbound("trojan", tj, &c, &fbs),
+        inbound("vless", vl, &c, &fbs)
+    );
+    let f = ferry(&cfg, &[tj, vl]);
+    check_fallbacks(tj, &f);
+    check_fallbacks(vl, &f);
+    assert!(f.output().contains("to fallback"), "{}", f.output());
+}
+
+#[test]
+fn the_proxy_path_works_beside_the_fallback_on_one_port() {
+    // An Xray Trojan client and an Xray VLESS client through the same ports nginx is
+    // reachable on.
+    let d = tempdir::Dir::new("fallbacks-proxy");
+    let (tcp, h2, pp, tj, vl) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let _n = nginx(d.path(), tcp, h2, pp);
+    let c = cert(d.path());
+    let fbs = fallbacks_json(tcp, h2, pp, &d.path().join("nginx.sock"));
+    let server = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        inbound("trojan", tj, &c, &fbs),
+        inbound("vless", vl, &c, &fbs)
+    );
+    let f = ferry(&server, &[tj, vl]);
+    let echo = echo_server();
+    let (e1, e2) = (free_port(), free_port());
+    let tls = format!(
+        r#""streamSettings":{{"security":"tls","tlsSettings":{{"serverName":"ferry.test","pinnedPeerCertSha256":"{}"}}}}"#,
+        c.2
+    );
+    let client = format!(
+        r#"{{"log":{{"loglevel":"warning"}},
+            "inbounds":[{{"tag":"a","listen":"127.0.0.1","port":{e1},"protocol":"dokodemo-door",
+                          "settings":{{"address":"127.0.0.1","port":{ep},"network":"tcp"}}}},
+                        {{"tag":"b","listen":"127.0.0.1","port":{e2},"protocol":"dokodemo-door",
+                          "settings":{{"address":"127.0.0.1","port":{ep},"network":"tcp"}}}}],
+            "outbounds":[{{"tag":"tj","protocol":"trojan","settings":{{"servers":[{{"address":"127.0.0.1","port":{tj},"password":"{PW}"}}]}},{tls}}},
+                         {{"tag":"vl","protocol":"vless","settings":{{"vnext":[{{"address":"127.0.0.1","port":{vl},"users":[{{"id":"{ID}","encryption":"none"}}]}}]}},{tls}}}],
+            "routing":{{"rules":[{{"inboundTag":["b"],"outboundTag":"vl"}}]}}}}"#,
+        ep = echo.port()
+    );
+    let x = spawn_with_config(&peer("xray"), "xray", &client, &["run", "-c", "{config}"]);
+    wait_listening(e1, &x);
+    wait_listening(e2, &x);
+    for e in [e1, e2] {
+        assert!(echo_ok(e, 8 << 20), "{}\n{}", f.output(), x.output());
+    }
+    assert_eq!(curl("ferry.test", tj, "/", &["--http1.1"]), "site-tcp /");
+    assert_eq!(
+        curl("ferry.test", vl, "/unix", &["--http1.1"]),
+        "site-unix /unix"
+    );
+}
+
+#[test]
+fn a_fallback_that_is_down_closes_the_client_and_logs() {
+    let d = tempdir::Dir::new("fallbacks-down");
+    let c = cert(d.path());
+    let (tj, dead) = (free_port(), free_port());
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        inbound("trojan", tj, &c, &format!(r#"[{{"dest":{dead}}}]"#))
+    );
+    let f = ferry(&cfg, &[tj]);
+    let t = std::time::Instant::now();
+    assert_eq!(curl("ferry.test", tj, "/", &["--http1.1"]), "");
+    assert!(t.elapsed() < std::time::Duration::from_secs(9));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(f.output().contains("unreachable"), "{}", f.output());
+}
+
+/// Sends `len` bytes through an echo chain and checks they come back unchanged.
+fn echo_ok(entry: u16, len: usize) -> bool {
+    use std::io::{Read, Write};
+    let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", entry)) else {
+        return false;
+    };
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let data = pattern(len, entry as u64);
+    let mut w = s.try_clone().unwrap();
+    let out = data.clone();
+    let t = std::thread::spawn(move || {
+        // Xray's Trojan client fails ("buffer is full") when its first read of the payload
+        // and the request do not fit one buffer: a small first write, as an application's.
+        let _ = w.write_all(&out[..100]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let _ = w.write_all(&out[100..]);
+    });
+    let mut got = vec![0u8; len];
+    let mut r = s;
+    let ok = r.read_exact(&mut got).is_ok() && got == data;
+    let _ = t.join();
+    ok
+}
