@@ -223,3 +223,129 @@ impl Dialer for Muxed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::Network;
+    use crate::proxy::mux::frame::{self, Meta, Status};
+    use bytes::BytesMut;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    fn d(s: &str) -> Destination {
+        Destination::parse(s).unwrap()
+    }
+
+    /// Reads one frame off the peer's end.
+    async fn next_frame(peer: &mut DuplexStream, buf: &mut BytesMut) -> (Meta, Vec<u8>) {
+        loop {
+            if let Some(f) = frame::decode(buf).unwrap() {
+                let b = buf.split_to(f.len);
+                return (f.meta, b[f.data].to_vec());
+            }
+            assert!(peer.read_buf(buf).await.unwrap() > 0, "closed");
+        }
+    }
+
+    async fn send(peer: &mut DuplexStream, meta: Meta, data: Option<&[u8]>) {
+        let mut b = Vec::new();
+        frame::encode(&meta, data, &mut b);
+        peer.write_all(&b).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn stream_sessions_open_with_data_and_end_both_ways() {
+        let (a, mut peer) = tokio::io::duplex(1 << 16);
+        let link = start(Box::new(a), Some(MAX_SESSIONS_PER_CONN));
+        let mut s1 = link.open_stream(&d("example.com:80"), 2).unwrap();
+        let mut s2 = link.open_stream(&d("1.2.3.4:443"), 2).unwrap();
+        assert!(
+            link.open_stream(&d("1.2.3.4:1"), 2).is_none(),
+            "concurrency 2"
+        );
+        s1.write_all(b"GET /").await.unwrap();
+        let mut buf = BytesMut::new();
+        let (m, data) = next_frame(&mut peer, &mut buf).await;
+        assert_eq!(
+            (m.id, m.status, data.as_slice()),
+            (1, Status::New, &b"GET /"[..])
+        );
+        assert_eq!(m.target, Some((Network::Tcp, d("example.com:80"))));
+        // Session 2 sent nothing: its New leaves alone after the wait, once it reads.
+        let reader = tokio::spawn(async move {
+            let mut got = [0u8; 2];
+            s2.read_exact(&mut got).await.unwrap();
+            (s2, got)
+        });
+        let (m, data) = next_frame(&mut peer, &mut buf).await;
+        assert_eq!((m.id, m.status, m.has_data()), (2, Status::New, false));
+        assert!(data.is_empty());
+        send(&mut peer, Meta::keep(2, None), Some(b"ok")).await;
+        let (mut s2, got) = reader.await.unwrap();
+        assert_eq!(&got, b"ok");
+        // Data for an unknown session is answered with End.
+        send(&mut peer, Meta::keep(9, None), Some(b"?")).await;
+        let (m, _) = next_frame(&mut peer, &mut buf).await;
+        assert_eq!((m.id, m.status), (9, Status::End));
+        // The peer ends session 1: it reads to its end and cannot write.
+        send(&mut peer, Meta::keep(1, None), Some(b"bye")).await;
+        send(&mut peer, Meta::end(1, false), None).await;
+        let mut all = Vec::new();
+        s1.read_to_end(&mut all).await.unwrap();
+        assert_eq!(all, b"bye");
+        assert!(s1.write_all(b"x").await.is_err());
+        // Session 2 shuts down: End.
+        s2.shutdown().await.unwrap();
+        let (m, _) = next_frame(&mut peer, &mut buf).await;
+        assert_eq!((m.id, m.status, m.opt), (2, Status::End, 0));
+        assert!(link.has_room(2));
+    }
+
+    #[tokio::test]
+    async fn xudp_carries_each_datagram_address_both_ways() {
+        let (a, mut peer) = tokio::io::duplex(1 << 16);
+        let p = xudp(Box::new(a), &d("8.8.8.8:53")).unwrap();
+        p.send_to(b"one", &d("8.8.8.8:53")).await.unwrap();
+        p.send_to(b"two", &d("[2001:db8::1]:5353")).await.unwrap();
+        p.send_to(&[0u8; CLIENT_MAX_DATAGRAM + 1], &d("8.8.8.8:53"))
+            .await
+            .unwrap();
+        p.send_to(b"", &d("8.8.8.8:53")).await.unwrap();
+        let mut buf = BytesMut::new();
+        let (m, data) = next_frame(&mut peer, &mut buf).await;
+        assert_eq!(
+            (m.id, m.status, data.as_slice()),
+            (0, Status::New, &b"one"[..])
+        );
+        assert_eq!(m.target, Some((Network::Udp, d("8.8.8.8:53"))));
+        let (m, data) = next_frame(&mut peer, &mut buf).await;
+        assert_eq!(
+            (m.id, m.status, data.as_slice()),
+            (0, Status::Keep, &b"two"[..])
+        );
+        assert_eq!(m.target, Some((Network::Udp, d("[2001:db8::1]:5353"))));
+        // Replies: with their source, without (the session's target), a KeepAlive between.
+        send(&mut peer, Meta::keep(0, Some(d("9.9.9.9:53"))), Some(b"r1")).await;
+        let mut ka = Meta::keep(0, None);
+        ka.status = Status::KeepAlive;
+        send(&mut peer, ka, Some(b"ignored")).await;
+        send(&mut peer, Meta::keep(0, None), Some(b"r2")).await;
+        let mut b = [0u8; 64];
+        let (n, from) = p.recv_from(&mut b).await.unwrap();
+        assert_eq!((&b[..n], from), (&b"r1"[..], d("9.9.9.9:53")));
+        let (n, from) = p.recv_from(&mut b).await.unwrap();
+        assert_eq!((&b[..n], from), (&b"r2"[..], d("8.8.8.8:53")));
+        // The server ends the session: the channel ends; dropping it closes the connection.
+        send(&mut peer, Meta::end(0, false), None).await;
+        assert!(p.recv_from(&mut b).await.is_err());
+        drop(p);
+        let (m, _) = next_frame(&mut peer, &mut buf).await;
+        assert_eq!((m.id, m.status), (0, Status::End));
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).await.unwrap();
+        assert!(
+            rest.is_empty(),
+            "the connection closes after the only session"
+        );
+    }
+}
