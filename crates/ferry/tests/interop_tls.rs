@@ -139,9 +139,7 @@ fn certs() -> Certs {
 // Processes
 
 fn xray(cfg: &str, wait: &[u16]) -> Proc {
-    // Xray's VLESS client sends UDP as XUDP (Mux.Cool) unless full-cone mode is off. XUDP is
-    // being built separately; until it lands, Xray clients send plain VLESS/Trojan UDP here.
-    std::env::set_var("XRAY_CONE_DISABLED", "true");
+    // Default-configured: Xray's VLESS client sends UDP as XUDP (Mux.Cool), which Ferry serves.
     let p = spawn_with_config(&peer("xray"), "xray", cfg, &["run", "-c", "{config}"]);
     for port in wait {
         wait_listening(*port, &p);

@@ -11,9 +11,7 @@ const ID: &str = "a trojan password";
 const BIG: usize = 50 << 20;
 
 fn xray(cfg: &str, wait: &[u16]) -> Proc {
-    // Xray's VLESS/VMess clients turn UDP into XUDP unless full-cone mode is off; kept
-    // the same here for Trojan.
-    std::env::set_var("XRAY_CONE_DISABLED", "true");
+    // Default settings (full-cone mode only changes VLESS and VMess clients).
     let p = spawn_with_config(&peer("xray"), "xray", cfg, &["run", "-c", "{config}"]);
     for port in wait {
         wait_listening(*port, &p);

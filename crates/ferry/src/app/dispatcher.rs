@@ -118,6 +118,10 @@ impl Dispatcher {
             Accepted::Packets(session, client) => {
                 crate::app::udp::serve_packets(self, session, client, &ctx.traffic).await
             }
+            Accepted::Mux(session, stream) => {
+                crate::app::mux::serve(ctx.dispatcher.clone(), session, stream, ctx.traffic.clone())
+                    .await
+            }
             Accepted::Fallback(stream, fb) => self.fall_back(stream, &fb, ctx).await,
             Accepted::Done => Ok(()),
         }

@@ -6,6 +6,7 @@ pub mod instance;
 pub mod log;
 pub mod mask;
 pub mod metrics;
+pub mod mux;
 pub mod policy;
 pub mod router;
 /// Traffic counters (a low module of their own; re-exported here where they used to live).

@@ -300,16 +300,23 @@ impl Config {
             let builder = proxy::outbound_builder(&name)
                 .ok_or_else(|| unsupported_protocol(&o, &name, "outbound"))?;
             let ss = StreamSettings::parse(&o, true)?;
-            if let Some(m) = o.obj("mux")? {
-                if m.bool("enabled")?.unwrap_or(false) {
-                    return Err(ConfigError::new(
-                        m.key_path("enabled"),
-                        "mux is not supported yet",
-                    ));
+            let mux = match o.obj("mux")? {
+                Some(m) => {
+                    let s = proxy::mux::MuxSettings::parse(&m)?;
+                    let muxable = ["vless", "vmess"]
+                        .iter()
+                        .any(|p| p.eq_ignore_ascii_case(&name));
+                    if s.enabled && !muxable {
+                        return Err(ConfigError::new(
+                            m.key_path("enabled"),
+                            format!("mux on a {name} outbound is not supported (vless and vmess have it)"),
+                        ));
+                    }
+                    m.finish();
+                    s.enabled.then_some(s)
                 }
-                m.ignore(&["concurrency", "xudpConcurrency", "xudpProxyUDP443"]);
-                m.finish();
-            }
+                None => None,
+            };
             if let Some(t) = o.str("targetStrategy")? {
                 if !t.is_empty() && !t.eq_ignore_ascii_case("asis") {
                     return Err(ConfigError::new(
@@ -367,6 +374,10 @@ impl Config {
             )?;
             settings.finish();
             o.finish();
+            let handler = match mux {
+                Some(m) => Arc::new(proxy::mux::client::Muxed::new(handler, &m)),
+                None => handler,
+            };
             outbounds.push(Outbound {
                 tag,
                 protocol: name,

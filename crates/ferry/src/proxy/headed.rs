@@ -158,6 +158,9 @@ pub struct ClientStream {
     out: ServerStream,
     resp: Resp,
     timer: Option<Pin<Box<Sleep>>>,
+    /// A reader waiting on `timer`: the first write (which drops the timer) wakes it, as the
+    /// reader and the writer may be different tasks.
+    read_waker: Option<std::task::Waker>,
 }
 
 impl ClientStream {
@@ -171,6 +174,7 @@ impl ClientStream {
                 None => Resp::Done(Bytes::new()),
             },
             timer: None,
+            read_waker: None,
         }
     }
 }
@@ -192,6 +196,7 @@ impl AsyncRead for ClientStream {
                 let ServerStream { inner, head } = &mut me.out;
                 ready!(head.poll_flush_head(cx, inner))?;
             } else {
+                me.read_waker = Some(cx.waker().clone());
                 return Poll::Pending;
             }
         }
@@ -243,6 +248,9 @@ impl AsyncWrite for ClientStream {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         self.timer = None;
+        if let Some(w) = self.read_waker.take() {
+            w.wake();
+        }
         Pin::new(&mut self.out).poll_write(cx, data)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

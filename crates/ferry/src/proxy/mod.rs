@@ -8,6 +8,7 @@ pub mod freedom;
 pub mod head;
 pub mod headed;
 pub mod http;
+pub mod mux;
 pub mod shadowsocks;
 pub mod socks;
 pub mod trojan;
@@ -65,6 +66,10 @@ pub enum Accepted {
     /// `send_to` carries a reply back. The session's destination is replaced by the first
     /// datagram's, which routes it.
     Packets(Session, Box<dyn PacketConn>),
+    /// Serve Mux.Cool on this stream (VLESS/VMess command 3, positioned after the header): each
+    /// session the client opens is routed, dialed and counted like a connection of its own,
+    /// as this session's user (`app/mux.rs`).
+    Mux(Session, BoxStream),
     /// Not this protocol's traffic: hand the stream (which replays every byte the client sent)
     /// to the fallback the inbound chose.
     Fallback(BoxStream, Arc<fallback::Fallback>),

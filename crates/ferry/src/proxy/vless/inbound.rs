@@ -1,6 +1,6 @@
 //! VLESS server: reads the header, finds the user by UUID (bytes 6-7 ignored, as Xray), and
 //! says what to forward: TCP as a stream (spliced once the response went out), UDP as
-//! datagrams. A bad header is logged and the connection closed (fallbacks: their issue).
+//! datagrams, Mux.Cool (and XUDP, its full-cone UDP) to the mux server. A bad header is logged and the connection closed (fallbacks: their issue).
 
 use std::io;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use crate::config::Diagnostics;
 use crate::proxy::fallback::{divert, Fallbacks};
 use crate::proxy::head::HeadReader;
 use crate::proxy::headed::ServerStream;
+use crate::proxy::mux::mux_cool;
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
@@ -132,9 +133,15 @@ impl InboundHandler for Inbound {
         let (network, dest) = match (req.cmd, req.dest) {
             (CMD_TCP, Some(d)) => (Network::Tcp, d),
             (CMD_UDP, Some(d)) => (Network::Udp, d),
-            (CMD_MUX | CMD_RVS, _) => {
+            (CMD_MUX, _) => {
+                let mut session = ctx.session(mux_cool(), Network::Tcp, "vless");
+                session.user = Some(acct.user.clone());
+                let stream = ServerStream::new(r.into_stream(), codec::RESPONSE.to_vec());
+                return Ok(Accepted::Mux(session, Box::new(stream)));
+            }
+            (CMD_RVS, _) => {
                 tracing::warn!(
-                    "[{}] vless from {} ({}): Mux.Cool/XUDP is not supported yet",
+                    "[{}] vless from {} ({}): reverse proxy (command 4) is not supported yet",
                     ctx.tag,
                     ctx.info.source,
                     acct.user.email

@@ -1,6 +1,7 @@
 //! VLESS (`../shared/specs/vless.md`): a UUID, a command and a target in front of plain bytes.
-//! Inbound and outbound over TCP (commands TCP and UDP); XTLS Vision, Mux.Cool/XUDP and the
-//! fallbacks arrive with their issues and are refused clearly until then.
+//! Inbound and outbound over TCP (commands TCP, UDP and Mux: Mux.Cool and XUDP, in
+//! `proxy/mux`); XTLS Vision, the reverse proxy and the fallbacks arrive with their issues
+//! and are refused clearly until then.
 
 pub mod codec;
 pub mod inbound;
@@ -151,6 +152,7 @@ pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn Outb
     Ok(Arc::new(outbound::Outbound {
         server,
         dialer: b.dialer.clone(),
+        cone: crate::proxy::mux::cone(),
     }))
 }
 

@@ -1,5 +1,6 @@
 //! VLESS client: the request header leaves with the first payload; UDP datagrams are framed
-//! with a two-byte length.
+//! with a two-byte length, or go as XUDP (full-cone, Xray's default) over a Mux connection;
+//! `v1.mux.cool` opens a Mux connection (the `mux` object's pool dials it).
 
 use std::io;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use super::codec;
 use super::Server;
 use crate::common::Destination;
 use crate::proxy::headed::ClientStream;
+use crate::proxy::mux;
 use crate::proxy::{OutboundHandler, PacketConn};
 use crate::transport::{BoxStream, Dialer};
 
@@ -22,13 +24,16 @@ fn check_response(b: &[u8]) -> Result<Option<usize>, String> {
 pub struct Outbound {
     pub server: Server,
     pub dialer: Arc<dyn Dialer>,
+    /// UDP goes as XUDP (except to ports 53 and 443), as Xray's full-cone mode.
+    pub cone: bool,
 }
 
 impl Outbound {
-    async fn open(&self, cmd: u8, dest: &Destination) -> io::Result<ClientStream> {
+    /// A connection with the request header for `dest` (none for Mux).
+    async fn open(&self, cmd: u8, dest: Option<&Destination>) -> io::Result<ClientStream> {
         let inner = self.dialer.dial_tcp(&self.server.dest).await?;
         let mut header = Vec::with_capacity(64);
-        codec::encode_request(&self.server.uuid, cmd, Some(dest), &mut header);
+        codec::encode_request(&self.server.uuid, cmd, dest, &mut header);
         Ok(ClientStream::new(inner, header, Some(check_response)))
     }
 }
@@ -36,11 +41,18 @@ impl Outbound {
 #[async_trait]
 impl OutboundHandler for Outbound {
     async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
-        Ok(Box::new(self.open(codec::CMD_TCP, dest).await?))
+        if mux::is_mux_cool(dest) {
+            return Ok(Box::new(self.open(codec::CMD_MUX, None).await?));
+        }
+        Ok(Box::new(self.open(codec::CMD_TCP, Some(dest)).await?))
     }
 
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
-        let s = self.open(codec::CMD_UDP, dest).await?;
+        if self.cone && mux::xudp_port(dest.port) {
+            let s = self.open(codec::CMD_MUX, None).await?;
+            return mux::client::xudp(Box::new(s), dest);
+        }
+        let s = self.open(codec::CMD_UDP, Some(dest)).await?;
         Ok(Box::new(Datagrams::new(Box::new(s), dest.clone())))
     }
 }

@@ -368,9 +368,8 @@ impl Inbound {
             return reject("global padding without chunk masking".into());
         }
         let network = match req.cmd {
-            Command::Tcp => Network::Tcp,
+            Command::Tcp | Command::Mux => Network::Tcp,
             Command::Udp => Network::Udp,
-            Command::Mux => return reject("Mux.Cool (XUDP) is not supported".into()),
         };
         let (rkey, riv) = if acc.aead {
             header::response_keys_aead(&req.key, &req.iv)
@@ -429,6 +428,9 @@ impl InboundHandler for Inbound {
         let Some((session, body)) = self.accept_tcp(stream, ctx).await? else {
             return Ok(Accepted::Done);
         };
+        if crate::proxy::mux::is_mux_cool(&session.dest) {
+            return Ok(Accepted::Mux(session, Box::new(body)));
+        }
         Ok(match session.network {
             Network::Tcp => Accepted::Stream(session, Box::new(body)),
             Network::Udp => {

@@ -17,7 +17,7 @@ use super::stream::{ReadHead, VmessStream, HEADER_HOLD};
 use super::{parse_alter_id, parse_security, parse_uuid, Account, SecurityChoice};
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
-use crate::proxy::{OutboundBuild, OutboundHandler, PacketConn};
+use crate::proxy::{mux, OutboundBuild, OutboundHandler, PacketConn};
 use crate::transport::{BoxStream, Dialer};
 
 /// One user of a server, as the client uses it.
@@ -39,6 +39,8 @@ pub struct Outbound {
     servers: Vec<Server>,
     next: AtomicUsize,
     dialer: Arc<dyn Dialer>,
+    /// UDP goes as XUDP (except to ports 53 and 443), as Xray's full-cone mode.
+    cone: bool,
 }
 
 /// Reads one user's fields (`id`, `alterId`, `level`, `email`, `security`, `experiments`) from `u`:
@@ -134,6 +136,7 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
         servers,
         next: AtomicUsize::new(0),
         dialer: b.dialer.clone(),
+        cone: mux::cone(),
     }))
 }
 
@@ -266,10 +269,17 @@ impl Outbound {
 #[async_trait]
 impl OutboundHandler for Outbound {
     async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        if mux::is_mux_cool(dest) {
+            return Ok(Box::new(self.open(Command::Mux, dest).await?));
+        }
         Ok(Box::new(self.open(Command::Tcp, dest).await?))
     }
 
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        if self.cone && mux::xudp_port(dest.port) {
+            let s = self.open(Command::Mux, &mux::mux_cool()).await?;
+            return mux::client::xudp(Box::new(s), dest);
+        }
         let s = self.open(Command::Udp, dest).await?;
         Ok(Box::new(super::udp::Datagrams::client(s, dest.clone())))
     }

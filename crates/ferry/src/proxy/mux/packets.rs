@@ -1,0 +1,133 @@
+//! One packet session of a mux connection as a [`PacketConn`]: each datagram is one frame
+//! carrying its address (XUDP: the destination on the client's frames, the source on the
+//! server's replies), so one session reaches many destinations (full-cone).
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use tokio::sync::mpsc;
+
+use super::frame::{self, Meta};
+use super::link::{Datagram, Link};
+use crate::common::{Destination, Network};
+use crate::transport::PacketConn;
+
+/// Xray's XUDP writer drops datagrams with `len + 666 > 8192`; a client sends no larger ones.
+pub const CLIENT_MAX_DATAGRAM: usize = 8192 - 666;
+/// Xray reads a packet frame into an 8 KiB buffer and drops the connection beyond that: a
+/// server sends no larger replies.
+pub const SERVER_MAX_DATAGRAM: usize = 8192;
+
+/// A packet session.
+pub struct MuxPackets {
+    link: Arc<Link>,
+    id: u16,
+    gen: u64,
+    rx: tokio::sync::Mutex<mpsc::Receiver<Datagram>>,
+    /// The session's target: where datagrams without an address of their own go / come from.
+    target: Destination,
+    /// Client: the New frame is still to go (with the first datagram).
+    opening: Mutex<bool>,
+    client: bool,
+    max_send: usize,
+    ended: AtomicBool,
+}
+
+impl MuxPackets {
+    pub(super) fn new(
+        link: Arc<Link>,
+        id: u16,
+        gen: u64,
+        rx: mpsc::Receiver<Datagram>,
+        target: Destination,
+        client: bool,
+        max_send: usize,
+    ) -> Self {
+        MuxPackets {
+            link,
+            id,
+            gen,
+            rx: tokio::sync::Mutex::new(rx),
+            target,
+            opening: Mutex::new(client),
+            client,
+            max_send,
+            ended: AtomicBool::new(false),
+        }
+    }
+}
+
+#[async_trait]
+impl PacketConn for MuxPackets {
+    async fn send_to(&self, data: &[u8], dest: &Destination) -> io::Result<()> {
+        if self.ended.load(Ordering::Relaxed) {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        if data.is_empty() || data.len() > self.max_send {
+            tracing::debug!(
+                "mux session {}: {}-byte datagram not sent (as Xray)",
+                self.id,
+                data.len()
+            );
+            return Ok(());
+        }
+        let out = self.link.sender();
+        let permit = out
+            .reserve()
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        let meta = {
+            let mut opening = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+            if std::mem::take(&mut *opening) {
+                Meta::new_session(self.id, Network::Udp, dest.clone())
+            } else {
+                Meta::keep(self.id, Some(dest.clone()))
+            }
+        };
+        let mut b = BytesMut::with_capacity(frame::encoded_len(&meta, Some(data.len())));
+        frame::encode(&meta, Some(data), &mut b);
+        permit.send(b.freeze());
+        Ok(())
+    }
+
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
+        let mut rx = self.rx.lock().await;
+        loop {
+            let Some((data, addr)) = rx.recv().await else {
+                self.ended.store(true, Ordering::Relaxed);
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            };
+            if data.len() > buf.len() {
+                tracing::debug!("mux session {}: datagram too large, dropped", self.id);
+                continue;
+            }
+            buf[..data.len()].copy_from_slice(&data);
+            return Ok((data.len(), addr.unwrap_or_else(|| self.target.clone())));
+        }
+    }
+}
+
+impl Drop for MuxPackets {
+    fn drop(&mut self) {
+        let opened = !*self.opening.get_mut().unwrap_or_else(|e| e.into_inner());
+        if opened {
+            let mut b = BytesMut::new();
+            frame::encode(&Meta::end(self.id, false), None, &mut b);
+            self.link.send_later(b.freeze());
+        }
+        self.link.remove(self.id, self.gen);
+    }
+}
+
+impl std::fmt::Debug for MuxPackets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MuxPackets")
+            .field("id", &self.id)
+            .field("target", &self.target)
+            .field("client", &self.client)
+            .finish()
+    }
+}
