@@ -14,8 +14,9 @@ SINGBOX_VERSION=v1.14.1
 # wrapper module instead (same result: upstream's go.mod has no replace directives).
 TROJANGO_VERSION=v0.10.6
 SSRUST_VERSION=1.25.0
-# fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates.
-DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light curl fonts-dejavu-core openssl)
+# fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates;
+# libnginx-mod-stream: nginx `stream` in front of Ferry (proxy_pass, PROXY protocol).
+DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl)
 
 BIN="${FERRY_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin}"
 mkdir -p "$BIN"

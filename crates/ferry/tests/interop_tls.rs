@@ -274,10 +274,9 @@ fn singbox_server(proto: Proto, port: u16, c: &Certs) -> String {
 }
 
 fn singbox_client(proto: Proto, server: u16, c: &Certs, e: &Ends) -> String {
-    // sing-box's VLESS client sends UDP as XUDP by default: "packet_encoding": "" is plain
-    // VLESS UDP (command 2), which is what Ferry's server speaks until XUDP lands.
+    // Default-configured: sing-box's VLESS client sends UDP as XUDP.
     let auth = match proto {
-        Vless => format!(r#""uuid":"{ID}","packet_encoding":"""#),
+        Vless => format!(r#""uuid":"{ID}""#),
         Trojan => format!(r#""password":"{PW}""#),
     };
     format!(

@@ -183,3 +183,113 @@ fn ferry_to_ferry_with_a_string_id_and_bad_clients_refused() {
         assert_eq!(n, 0, "no answer to a refused request");
     }
 }
+
+// sing-box, VLESS over plain TCP, each way: TCP byte-exact 50 MB and UDP as sing-box sends it
+// by default (XUDP packet encoding).
+
+fn singbox(cfg: &str, wait: &[u16]) -> Proc {
+    let p = spawn_with_config(
+        &peer("sing-box"),
+        "sing-box",
+        cfg,
+        &["run", "-c", "{config}"],
+    );
+    for port in wait {
+        wait_listening(*port, &p);
+    }
+    p
+}
+
+fn singbox_chain(ferry_client: bool, target: u16, net: &str) -> (u16, Vec<Proc>) {
+    let (entry, server, probe) = (free_port(), free_port(), free_port());
+    if ferry_client {
+        let s = singbox(
+            &format!(
+                r#"{{"log":{{"level":"debug"}},
+                    "inbounds":[{{"type":"vless","listen":"127.0.0.1","listen_port":{server},
+                                 "users":[{{"name":"v","uuid":"{ID}"}}]}}],
+                    "outbounds":[{{"type":"direct"}}]}}"#
+            ),
+            &[server],
+        );
+        let c = ferry(
+            &config(
+                &[dokodemo(entry, target, net), dokodemo(probe, target, "tcp")],
+                &vless_out(server, ID),
+            ),
+            &[probe],
+        );
+        (entry, vec![s, c])
+    } else {
+        let s = ferry(&config(&[vless_in(server, ID)], FREEDOM), &[server]);
+        let c = singbox(
+            &format!(
+                r#"{{"log":{{"level":"debug"}},
+                    "inbounds":[{{"type":"direct","listen":"127.0.0.1","listen_port":{entry},
+                                 "network":"{net}","override_address":"127.0.0.1","override_port":{target}}},
+                                {{"type":"direct","listen":"127.0.0.1","listen_port":{probe},
+                                 "network":"tcp","override_address":"127.0.0.1","override_port":{target}}}],
+                    "outbounds":[{{"type":"vless","server":"127.0.0.1","server_port":{server},
+                                  "uuid":"{ID}"}}]}}"#
+            ),
+            &[probe],
+        );
+        (entry, vec![s, c])
+    }
+}
+
+fn singbox_tcp(ferry_client: bool) {
+    let echo = echo_server();
+    let (entry, procs) = singbox_chain(ferry_client, echo.port(), "tcp");
+    let data = pattern(BIG, 0x5b0c ^ ferry_client as u64);
+    let got = echo_through(TcpStream::connect(("127.0.0.1", entry)).unwrap(), &data);
+    assert!(
+        got == data,
+        "ferry_client={ferry_client}: bytes differ\n{}\n{}",
+        procs[0].output(),
+        procs[1].output()
+    );
+}
+
+fn singbox_udp(ferry_client: bool) {
+    let echo = udp_echo_server();
+    let (entry, procs) = singbox_chain(ferry_client, echo.port(), "udp");
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut buf = [0u8; 65536];
+    let mut ok = 0;
+    for i in 0..30u16 {
+        let msg = pattern(1 + (i as usize * 271) % 7500, i as u64 + 99);
+        s.send_to(&msg, ("127.0.0.1", entry)).unwrap();
+        if let Ok((n, _)) = s.recv_from(&mut buf) {
+            assert_eq!(&buf[..n], &msg[..], "datagram {i} differs");
+            ok += 1;
+        }
+    }
+    assert!(
+        ok >= 28,
+        "ferry_client={ferry_client}: only {ok}/30 datagrams came back\n{}\n{}",
+        procs[0].output(),
+        procs[1].output()
+    );
+}
+
+#[test]
+fn singbox_client_to_ferry_server_tcp_50mb() {
+    singbox_tcp(false);
+}
+
+#[test]
+fn ferry_client_to_singbox_server_tcp_50mb() {
+    singbox_tcp(true);
+}
+
+#[test]
+fn singbox_client_to_ferry_server_udp_xudp() {
+    singbox_udp(false);
+}
+
+#[test]
+fn ferry_client_to_singbox_server_udp() {
+    singbox_udp(true);
+}
