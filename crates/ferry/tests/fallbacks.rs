@@ -284,3 +284,71 @@ fn echo_ok(entry: u16, len: usize) -> bool {
     let _ = t.join();
     ok
 }
+
+#[test]
+fn a_10kb_path_goes_to_the_fallback_untouched_and_a_silent_client_is_closed() {
+    let d = tempdir::Dir::new("fallbacks-odd");
+    let (tcp, h2, pp, tj) = (free_port(), free_port(), free_port(), free_port());
+    let _n = nginx(d.path(), tcp, h2, pp);
+    let c = cert(d.path());
+    let fbs = fallbacks_json(tcp, h2, pp, &d.path().join("nginx.sock"));
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"policy":{{"levels":{{"0":{{"handshake":2}}}}}},
+            "inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        inbound("trojan", tj, &c, &fbs)
+    );
+    let f = ferry(&cfg, &[tj]);
+    // A 10 KB path: no configured path matches, so the default fallback gets every byte and
+    // answers as nginx does to such a request line (414: its header buffers are 8 KB).
+    let long = format!("/{}", "a".repeat(10 * 1024));
+    let out = Command::new(peer("curl"))
+        .args([
+            "-sk",
+            "--http1.1",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg("--resolve")
+        .arg(format!("ferry.test:{tj}:127.0.0.1"))
+        .arg(format!("https://ferry.test:{tj}{long}"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "414",
+        "{}",
+        f.output()
+    );
+    // A client that completes TLS and then sends nothing: closed at the handshake timeout, and
+    // the fallback gets nothing.
+    let t = std::time::Instant::now();
+    let mut s = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &format!("127.0.0.1:{tj}")])
+        .args(["-servername", "ferry.test"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(st) = s.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "never closed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = status;
+    let waited = t.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(1500),
+        "closed after {waited:?}"
+    );
+    assert!(f.output().contains("handshake timed out"), "{}", f.output());
+}

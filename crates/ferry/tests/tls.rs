@@ -455,3 +455,46 @@ fn tls_cert_prints_an_inline_pair_and_its_pin() {
     let pin = err.trim().strip_prefix("pinnedPeerCertSha256: ").unwrap();
     assert_eq!(pin.len(), 64);
 }
+
+#[test]
+fn session_resumption_only_when_enabled() {
+    let d = tempdir::Dir::new("tls-resume");
+    let a = cert(d.path(), "a", "a.test");
+    let (on, off) = (free_port(), free_port());
+    let _f1 = ferry(
+        &server_config(
+            on,
+            &format!(
+                r#""certificates":[{}],"enableSessionResumption":true"#,
+                cert_json(&a)
+            ),
+            60,
+        ),
+        &[on],
+    );
+    let _f2 = ferry(
+        &server_config(off, &format!(r#""certificates":[{}]"#, cert_json(&a)), 60),
+        &[off],
+    );
+    // `-reconnect`: five more connections offering the first one's session.
+    let reused = |port: u16| {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+            .args(["-tls1_2", "-reconnect"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            text.contains("Cipher is"),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.contains("Reused, TLSv1.2")
+    };
+    assert!(
+        reused(on),
+        "enableSessionResumption: the session is resumed"
+    );
+    assert!(!reused(off), "by default (as Xray) no session is resumed");
+}

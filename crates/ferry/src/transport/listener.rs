@@ -51,7 +51,7 @@ impl UnixPath {
 
     fn addr(&self) -> io::Result<std::os::unix::net::SocketAddr> {
         match self {
-            UnixPath::File(p) => std::os::unix::net::SocketAddr::from_pathname(p),
+            UnixPath::File(p) => std::os::unix::net::SocketAddr::from_pathname(split_mode(p).0),
             UnixPath::Abstract(n) => std::os::unix::net::SocketAddr::from_abstract_name(n),
             UnixPath::Padded(n) => {
                 // sun_path = NUL + name + NULs up to its full length.
@@ -70,7 +70,10 @@ impl UnixPath {
 
     /// Binds a listening socket (a stale file at a path is removed first, as Xray does).
     pub fn bind(&self) -> io::Result<UnixListener> {
+        let mut mode = None;
         if let UnixPath::File(p) = self {
+            let (p, m) = split_mode(p);
+            mode = m;
             if std::fs::symlink_metadata(p).is_ok_and(|m| {
                 use std::os::unix::fs::FileTypeExt;
                 m.file_type().is_socket()
@@ -79,6 +82,10 @@ impl UnixPath {
             }
         }
         let l = std::os::unix::net::UnixListener::bind_addr(&self.addr()?)?;
+        if let (Some(m), UnixPath::File(p)) = (mode, self) {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(split_mode(p).0, std::fs::Permissions::from_mode(m))?;
+        }
         l.set_nonblocking(true)?;
         UnixListener::from_std(l)
     }
@@ -91,6 +98,18 @@ impl UnixPath {
         s.set_nonblocking(true)?;
         UnixStream::from_std(s)
     }
+}
+
+/// `/path/x.sock,0666`: the path and the file mode Xray sets on the socket (octal).
+fn split_mode(p: &str) -> (&str, Option<u32>) {
+    if let Some((path, m)) = p.rsplit_once(',') {
+        if (3..=4).contains(&m.len()) {
+            if let Ok(mode) = u32::from_str_radix(m, 8) {
+                return (path, Some(mode));
+            }
+        }
+    }
+    (p, None)
 }
 
 /// A bound inbound socket of either kind.
@@ -174,5 +193,19 @@ mod tests {
         let mut b = [0u8; 4];
         s.read_exact(&mut b).await.unwrap();
         assert_eq!(&b, b"ping");
+    }
+
+    #[tokio::test]
+    async fn a_mode_suffix_sets_the_socket_file_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ferry-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.sock");
+        let p = UnixPath::parse(&format!("{},0666", path.display())).unwrap();
+        let _l = Listener::unix(&p).unwrap();
+        let m = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(m, 0o666);
+        assert!(p.connect().await.is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
