@@ -138,17 +138,15 @@ pub fn parse_server(o: &Obj<'_>) -> Result<Server> {
     for u in users {
         u.finish();
     }
-    Ok(Server {
-        dest: Destination::new(Address::parse(&addr), port),
-        uuid,
-    })
+    let dest = Destination::new(Address::parse(&addr), port);
+    for v in vnext {
+        v.finish();
+    }
+    Ok(Server { dest, uuid })
 }
 
 pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
     let server = parse_server(o)?;
-    for s in o.objs(&["vnext"])? {
-        s.finish();
-    }
     Ok(Arc::new(outbound::Outbound {
         server,
         dialer: b.dialer.clone(),
@@ -169,6 +167,13 @@ mod tests {
             "users": [{"id": "example", "encryption": "none"}]}]});
         let s = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
         assert_eq!(s.dest.to_string(), "a.example:443");
+        // Every field of the server and its user was read: no "unknown field" warning.
+        assert_eq!(d.take(), Vec::<String>::new());
+        let v = json!({"vnext": [{"address": "a.example", "port": 443, "extra": 1,
+            "users": [{"id": "example", "encryption": "none"}]}]});
+        parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
+        let w = d.take();
+        assert!(w.len() == 1 && w[0].contains("s.vnext[0].extra"), "{w:?}");
         assert_eq!(
             crate::common::uuid::format(&s.uuid),
             "feb54431-301b-52bb-a6dd-e1e93e81bb9e"
