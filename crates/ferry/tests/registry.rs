@@ -1,6 +1,9 @@
 //! What changes at run time without a restart: inbounds added and removed, the outbound
 //! registry (a replaced outbound takes the next connection; live ones go on).
 
+mod common;
+use common::free_port;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,14 +27,6 @@ async fn echo_server() -> SocketAddr {
         }
     });
     addr
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn config(v: serde_json::Value) -> Config {

@@ -3,6 +3,9 @@
 //! drops, a removed user's new connections are refused, an added user's work, and every
 //! user's counters are exact. In process: a Ferry server and a Ferry client instance.
 
+mod common;
+use common::free_port;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -28,14 +31,6 @@ async fn echo_server() -> SocketAddr {
         }
     });
     addr
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn start(v: serde_json::Value) -> Instance {

@@ -228,6 +228,31 @@ pub fn request_path(first: &[u8]) -> Option<&str> {
     None
 }
 
+/// The one read Xray decides a fallback on (under the handshake deadline); `false`, logged,
+/// when the connection ended or timed out before a byte came.
+pub async fn first_read(
+    r: &mut crate::proxy::head::HeadReader,
+    deadline: tokio::time::Instant,
+    ctx: &crate::proxy::InboundCtx,
+    protocol: &str,
+) -> bool {
+    match tokio::time::timeout_at(deadline, r.fill()).await {
+        Ok(Ok(())) => true,
+        Err(_) => {
+            tracing::info!(
+                "[{}] {protocol} from {}: handshake timed out",
+                ctx.tag,
+                ctx.info.source
+            );
+            false
+        }
+        Ok(Err(e)) => {
+            tracing::info!("[{}] {protocol} from {}: {e}", ctx.tag, ctx.info.source);
+            false
+        }
+    }
+}
+
 /// What an inbound returns for a connection that is not its protocol: the fallback chosen for
 /// it (the stream replays every byte read), or `Done` (logged) when there is none.
 pub fn divert(

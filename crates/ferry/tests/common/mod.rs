@@ -9,11 +9,22 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A free TCP port on 127.0.0.1 (also free for UDP at the time of asking).
+///
+/// Taken below Linux's ephemeral range (32768-60999): a port from that range, free when asked,
+/// can become the local port of any outgoing connection of a test running alongside before
+/// its server binds it ("address already in use"). Each test process walks its own slice of
+/// 12000-31999 (by pid), one port after another, so threads of one process never get the same.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 12000;
+    const SPAN: u32 = 20000;
+    let start = (std::process::id() % 100) * (SPAN / 100);
     loop {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = (LOW + (start + n) % SPAN) as u16;
+        let tcp = TcpListener::bind(("127.0.0.1", p));
+        if tcp.is_ok() && UdpSocket::bind(("127.0.0.1", p)).is_ok() {
             return p;
         }
     }

@@ -14,7 +14,7 @@ use super::{parse_client, Account};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
-use crate::proxy::fallback::{divert, Fallbacks};
+use crate::proxy::fallback::{divert, first_read, Fallbacks};
 use crate::proxy::head::HeadReader;
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
@@ -52,20 +52,8 @@ impl InboundHandler for Inbound {
         if fbs.is_some() {
             // As Xray: one read decides; too short for a Trojan request, or no CR after the
             // hash, is not Trojan (a short HTTP request must not wait for more bytes).
-            match timeout_at(deadline, r.fill()).await {
-                Err(_) => {
-                    tracing::info!(
-                        "[{}] trojan from {}: handshake timed out",
-                        ctx.tag,
-                        ctx.info.source
-                    );
-                    return Ok(Accepted::Done);
-                }
-                Ok(Err(e)) => {
-                    tracing::info!("[{}] trojan from {}: {e}", ctx.tag, ctx.info.source);
-                    return Ok(Accepted::Done);
-                }
-                Ok(Ok(())) => {}
+            if !first_read(&mut r, deadline, ctx, "trojan").await {
+                return Ok(Accepted::Done);
             }
             if r.buf.len() < 58 || r.buf[56] != b'\r' {
                 return Ok(divert(fbs, r, ctx, "trojan", &"not Trojan"));

@@ -14,7 +14,7 @@ use super::{parse_client, Account};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
-use crate::proxy::fallback::{divert, Fallbacks};
+use crate::proxy::fallback::{divert, first_read, Fallbacks};
 use crate::proxy::head::HeadReader;
 use crate::proxy::headed::ServerStream;
 use crate::proxy::mux::mux_cool;
@@ -54,20 +54,8 @@ impl InboundHandler for Inbound {
         if fbs.is_some() {
             // As Xray: one read decides. Shorter than version + UUID, another version, or an
             // unknown UUID is not VLESS; errors after a known UUID close the connection.
-            match timeout_at(deadline, r.fill()).await {
-                Err(_) => {
-                    tracing::info!(
-                        "[{}] vless from {}: handshake timed out",
-                        ctx.tag,
-                        ctx.info.source
-                    );
-                    return Ok(Accepted::Done);
-                }
-                Ok(Err(e)) => {
-                    tracing::info!("[{}] vless from {}: {e}", ctx.tag, ctx.info.source);
-                    return Ok(Accepted::Done);
-                }
-                Ok(Ok(())) => {}
+            if !first_read(&mut r, deadline, ctx, "vless").await {
+                return Ok(Accepted::Done);
             }
             if r.buf.len() < 18 || r.buf[0] != 0 {
                 return Ok(divert(fbs, r, ctx, "vless", &"not VLESS"));
