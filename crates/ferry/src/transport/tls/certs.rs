@@ -149,8 +149,8 @@ impl CertificateEntry {
     }
 
     /// The certificate chain as loaded.
-    pub fn chain(&self) -> Result<Vec<CertificateDer<'static>>, String> {
-        Ok(self.chain.clone())
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.chain
     }
 
     /// The key pair to serve, re-read first if its files changed on disk. A renewal that
@@ -191,7 +191,13 @@ impl CertificateEntry {
 
     /// Whether this certificate is valid for `name` (exact or wildcard, as browsers match).
     fn serves(&self, name: &str) -> bool {
-        let (Ok(sn), Some(leaf)) = (ServerName::try_from(name), self.certified()) else {
+        // The pair as it is now: only the chosen entry is checked for renewal (`certified`).
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let (Ok(sn), Some(leaf)) = (ServerName::try_from(name), current) else {
             return false;
         };
         let Some(der) = leaf.cert.first() else {

@@ -252,9 +252,9 @@ impl Verifier {
             }
             for c in &s.certificates {
                 if c.usage == Usage::Verify {
-                    for der in c.chain().map_err(|e| e.to_string())? {
+                    for der in c.chain() {
                         store
-                            .add(der)
+                            .add(der.clone())
                             .map_err(|e| format!("verify certificate: {e}"))?;
                     }
                 }
