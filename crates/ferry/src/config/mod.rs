@@ -370,6 +370,7 @@ impl Config {
                     diag,
                     dialer,
                     sockopt: ss.sockopt.clone(),
+                    stream: &ss,
                 },
             )?;
             settings.finish();
@@ -463,6 +464,7 @@ impl Config {
                     tag: &tag,
                     diag,
                     counters: &counters,
+                    stream: &ss,
                 },
             )?;
             settings.finish();
