@@ -181,12 +181,13 @@ where
         self.next_record_end().is_some()
     }
 
-    /// The end of the whole record at `rx[fed..]`, if it is all there.
+    /// The end of the first record not yet processed (at `rec`; part of it may have been
+    /// handed over before one-record mode began), if it is all there.
     fn next_record_end(&self) -> Option<usize> {
         let rx = self.rx.as_deref()?;
-        let h = rx.get(self.fed..self.fed + 5)?;
-        let end = self.fed + 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
-        (end <= self.len).then_some(end)
+        let h = rx.get(self.rec..self.rec + 5)?;
+        let end = self.rec + 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
+        (end <= self.len && end > self.fed).then_some(end)
     }
 
     /// Hands rustls the next piece of `rx` (one record in one-record mode) and processes it;

@@ -306,13 +306,64 @@ pub enum WriteState {
     DirectNext,
 }
 
+/// Follows the inner TLS records of one direction from its first byte, to know where they
+/// begin inside a batch.
+#[derive(Clone, Debug, Default)]
+struct Records {
+    hdr: [u8; 5],
+    got: usize,
+    /// Bytes left of the current record's body.
+    left: usize,
+    /// The bytes stopped looking like TLS records: no longer followed.
+    lost: bool,
+}
+
+impl Records {
+    /// Follows `data`: pushes the offsets where a record header starts, and says whether
+    /// `data` ends exactly at the end of a record.
+    fn follow(&mut self, data: &[u8], starts: &mut Vec<usize>) -> bool {
+        let mut i = 0;
+        while i < data.len() && !self.lost {
+            if self.left > 0 {
+                let n = self.left.min(data.len() - i);
+                i += n;
+                self.left -= n;
+                continue;
+            }
+            if self.got == 0 {
+                starts.push(i);
+            }
+            self.hdr[self.got] = data[i];
+            self.got += 1;
+            i += 1;
+            if self.got == 5 {
+                let len = u16::from_be_bytes([self.hdr[3], self.hdr[4]]) as usize;
+                let tls = (20..=23).contains(&self.hdr[0]) && self.hdr[1] == 3;
+                self.lost = !tls || len == 0 || len > 16384 + 2048;
+                self.left = len;
+                self.got = 0;
+            }
+        }
+        !self.lost && self.got == 0 && self.left == 0
+    }
+}
+
 /// Writes blocks (Xray's `VisionWriter`).
+///
+/// One thing differs from Xray, on purpose: Xray ends padding only with a batch that is
+/// nothing but whole application-data records, so a direction whose reads never end on a
+/// record boundary (a bulk upload) stays padded for good. This writer follows the inner
+/// records and, once the inner ServerHello went by, ends padding at the last run of whole
+/// application-data records in a batch: what comes before goes in padded blocks, the run ends
+/// with the End or Direct block, and what comes after goes plain (after Direct, on the bare
+/// socket). The receiver sees nothing it would not see from Xray.
 #[derive(Clone, Debug)]
 pub struct Padder {
     /// Sent once, in front of the first block.
     uuid: Option<[u8; 16]>,
     seeds: [u32; 4],
     state: WriteState,
+    records: Records,
 }
 
 impl Padder {
@@ -321,6 +372,7 @@ impl Padder {
             uuid: Some(uuid),
             seeds,
             state: WriteState::Padding,
+            records: Records::default(),
         }
     }
 
@@ -341,14 +393,42 @@ impl Padder {
     }
 
     /// Frames one batch read from the local side (only while [`WriteState::Padding`]).
-    /// `filter` is the connection's, shared with its reader.
-    pub fn write(&mut self, data: &[u8], filter: &mut TlsFilter, out: &mut Vec<u8>) {
+    /// `filter` is the connection's, shared with its reader. Returns where in `data` the bytes
+    /// to write on the bare socket begin, once the Direct block is out (`data.len()` when
+    /// there are none).
+    pub fn write(&mut self, data: &[u8], filter: &mut TlsFilter, out: &mut Vec<u8>) -> usize {
         debug_assert_eq!(self.state, WriteState::Padding);
         // Xray reads its local side into buffers of BUFFER bytes: the filter counts those.
         if filter.active() {
             filter.inspect(data.chunks(BUFFER));
         }
-        let complete = is_complete_record(data);
+        let mut starts = Vec::new();
+        let aligned = self.records.follow(data, &mut starts);
+        if is_complete_record(data) || !filter.is_tls12_or_above {
+            self.frame(data, true, filter, out);
+            return data.len();
+        }
+        let Some((from, to)) = app_data_run(data, &starts, aligned) else {
+            self.frame(data, false, filter, out);
+            return data.len();
+        };
+        self.frame(&data[..from], false, filter, out);
+        self.frame(&data[from..to], true, filter, out);
+        match self.state {
+            WriteState::DirectNext => to,
+            _ => {
+                out.extend_from_slice(&data[to..]);
+                data.len()
+            }
+        }
+    }
+
+    /// Xray's framing of one batch; `complete`: the batch is whole application-data records.
+    fn frame(&mut self, data: &[u8], complete: bool, filter: &TlsFilter, out: &mut Vec<u8>) {
+        if data.is_empty() {
+            return;
+        }
+        let complete = complete && is_complete_record(data);
         let pieces = reshape(data);
         let mut long = filter.is_tls;
         let mut padding = true;
@@ -414,6 +494,26 @@ impl Padder {
         out.extend_from_slice(content);
         out.resize(out.len() + padding as usize, 0);
     }
+}
+
+/// The last run of whole application-data records in a batch, `(from, to)`: `starts` are
+/// the record starts found in it, `aligned` says the batch ends at a record end.
+fn app_data_run(data: &[u8], starts: &[usize], aligned: bool) -> Option<(usize, usize)> {
+    // Whole records lie between consecutive bounds; the last start begins an incomplete
+    // record unless the batch is aligned.
+    let mut bounds = starts.to_vec();
+    if aligned {
+        bounds.push(data.len());
+    }
+    let to = *bounds.last()?;
+    let mut from = to;
+    for w in bounds.windows(2).rev() {
+        if !data[w[0]..w[1]].starts_with(&APP_DATA) {
+            break;
+        }
+        from = w[0];
+    }
+    (from < to).then_some((from, to))
 }
 
 /// A uniform number in `[0, n)` (0 when `n` is 0).

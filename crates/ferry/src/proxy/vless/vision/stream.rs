@@ -48,6 +48,8 @@ pub struct VisionStream {
     /// Bytes framed and not yet written (the head first).
     out: Vec<u8>,
     out_pos: usize,
+    /// Bytes of the batch that ended padding with Direct, for the bare socket after `out`.
+    raw_tail: Vec<u8>,
     /// The request header (client) or response (server): leaves with the first write.
     head: Option<Vec<u8>>,
     /// The writer writes on the bare socket.
@@ -112,6 +114,7 @@ impl VisionStream {
             read_taken: false,
             out: Vec::new(),
             out_pos: 0,
+            raw_tail: Vec::new(),
             head,
             write_raw: false,
             first_wait: None,
@@ -134,8 +137,25 @@ impl VisionStream {
         self.write_raw
     }
 
-    /// Writes out what was framed.
+    /// Writes out what was framed, then (on the bare socket) what followed the Direct block.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_drain_out(cx))?;
+        if !self.raw_tail.is_empty() {
+            ready!(self.poll_go_direct(cx))?;
+            while !self.raw_tail.is_empty() {
+                let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.raw_tail))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                self.raw_tail.drain(..n);
+            }
+            self.raw_tail = Vec::new();
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Writes out what was framed.
+    fn poll_drain_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.out_pos < self.out.len() {
             let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out[self.out_pos..]))?;
             if n == 0 {
@@ -151,7 +171,7 @@ impl VisionStream {
     /// After a Direct block went out: flush the outer TLS, then write on the bare socket.
     fn poll_go_direct(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.padder.state() == WriteState::DirectNext {
-            ready!(self.poll_drain(cx))?;
+            ready!(self.poll_drain_out(cx))?;
             ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
             if let Some(tls) = self.inner.outer_tls() {
                 tls.write_raw();
@@ -331,7 +351,8 @@ impl AsyncWrite for VisionStream {
                 if let Some(h) = me.head.take() {
                     me.out.extend_from_slice(&h);
                 }
-                me.padder.write(data, &mut me.filter, &mut me.out);
+                let raw = me.padder.write(data, &mut me.filter, &mut me.out);
+                me.raw_tail.extend_from_slice(&data[raw..]);
                 // Accepted: what the socket does not take now goes with the next write or
                 // flush.
                 if let Poll::Ready(Err(e)) = me.poll_drain(cx) {
@@ -380,6 +401,6 @@ impl Stream for VisionStream {
     }
 
     fn write_direct(&self) -> bool {
-        self.write_raw && self.out_pos >= self.out.len()
+        self.write_raw && self.out_pos >= self.out.len() && self.raw_tail.is_empty()
     }
 }

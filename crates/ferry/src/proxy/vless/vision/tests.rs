@@ -243,3 +243,52 @@ fn reshape_cuts_at_the_last_record_start() {
     assert_eq!(r.iter().map(|x| x.len()).sum::<usize>(), 20000);
     assert!(r.iter().all(|x| x.len() <= 8192 - 21));
 }
+
+fn app_record(len: usize, fill: u8) -> Vec<u8> {
+    let mut r = vec![0x17, 0x03, 0x03];
+    r.extend_from_slice(&(len as u16).to_be_bytes());
+    r.resize(5 + len, fill);
+    r
+}
+
+#[test]
+fn a_batch_that_ends_inside_a_record_still_ends_padding_at_its_last_whole_record() {
+    // The inner handshake went by (TLS 1.3, AES-GCM): records are followed from the start.
+    let mut f = TlsFilter::default();
+    f.inspect([&server_hello(0x1301, true)[..]]);
+    f.is_tls = true;
+    let mut p = Padder::new(UUID, DEFAULT_SEEDS);
+    let a = app_record(3000, 1);
+    let b = app_record(3000, 2);
+    let c = app_record(3000, 3);
+    // First batch: all of `a` and half of `b` (a bulk upload's reads are not aligned).
+    let mut batch1 = a.clone();
+    batch1.extend_from_slice(&b[..1500]);
+    let mut out = Vec::new();
+    let raw = p.write(&batch1, &mut f, &mut out);
+    // `a` is the run of whole records: it ends padding with Direct; `b`'s half goes raw.
+    assert_eq!(p.state(), WriteState::DirectNext);
+    assert_eq!(raw, a.len());
+    let mut u = Unpadder::new(UUID);
+    let mut got = Vec::new();
+    u.unpad(&out, &mut got);
+    assert_eq!(got, a);
+    assert_eq!(u.end_batch(), ReadState::Direct);
+    // Starting in the middle of a record: the record's rest is padded, then `c` ends it.
+    let mut p = Padder::new(UUID, DEFAULT_SEEDS);
+    let mut out = Vec::new();
+    p.write(&b[..1500], &mut f, &mut out);
+    assert_eq!(p.state(), WriteState::Padding);
+    let mut batch2 = b[1500..].to_vec();
+    batch2.extend_from_slice(&c);
+    let raw = p.write(&batch2, &mut f, &mut out);
+    assert_eq!(raw, batch2.len());
+    assert_eq!(p.state(), WriteState::DirectNext);
+    let mut u = Unpadder::new(UUID);
+    let mut got = Vec::new();
+    u.unpad(&out, &mut got);
+    let mut want = b.clone();
+    want.extend_from_slice(&c);
+    assert_eq!(got, want);
+    assert_eq!(u.end_batch(), ReadState::Direct);
+}
