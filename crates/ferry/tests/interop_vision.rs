@@ -524,12 +524,11 @@ cases! {
     ferry_to_ferry_plain: Ferry, Ferry, Inner::Plain;
 }
 
-/// UDP under Vision: a default-configured Xray client carries it as XUDP over Mux.Cool with
-/// Vision framing; datagrams come back byte-exact.
-#[test]
-fn udp_from_an_xray_vision_client() {
+/// UDP under Vision: the client carries it as XUDP over Mux.Cool with Vision framing (Xray
+/// does so for every port but 443); datagrams come back byte-exact.
+fn udp_case(client: Imp, server: Imp) {
     let (target, _) = inner_server(Inner::Plain);
-    let ch = chain(Xray, Ferry, target, udp_echo_server());
+    let ch = chain(client, server, target, udp_echo_server());
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = vec![0u8; 65536];
@@ -541,4 +540,14 @@ fn udp_from_an_xray_vision_client() {
             .unwrap_or_else(|e| panic!("datagram {i}: {e}\n{}", ch.logs()));
         assert_eq!(&buf[..n], &d[..], "datagram {i}");
     }
+}
+
+#[test]
+fn udp_from_an_xray_vision_client() {
+    udp_case(Xray, Ferry);
+}
+
+#[test]
+fn udp_to_an_xray_vision_server() {
+    udp_case(Ferry, Xray);
 }
