@@ -64,13 +64,12 @@ impl Head {
         cx: &mut Context<'_>,
         inner: &mut BoxStream,
     ) -> Poll<io::Result<()>> {
-        while !self.done() {
-            let n = ready!(Pin::new(&mut *inner).poll_write(cx, &self.bytes[self.sent..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.sent += n;
-        }
+        ready!(crate::transport::poll_write_all(
+            inner,
+            cx,
+            &self.bytes,
+            &mut self.sent
+        ))?;
         self.bytes = Vec::new();
         Poll::Ready(Ok(()))
     }

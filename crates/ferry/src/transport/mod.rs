@@ -47,6 +47,24 @@ impl<T: Any> AsAny for T {
     }
 }
 
+/// Writes `buf[*pos..]` to `w`, moving `pos` on as bytes go; ready once all of it went (the
+/// loop of every layer that keeps bytes to write across polls).
+pub fn poll_write_all<W: AsyncWrite + Unpin + ?Sized>(
+    w: &mut W,
+    cx: &mut std::task::Context<'_>,
+    buf: &[u8],
+    pos: &mut usize,
+) -> std::task::Poll<io::Result<()>> {
+    while *pos < buf.len() {
+        let n = std::task::ready!(std::pin::Pin::new(&mut *w).poll_write(cx, &buf[*pos..]))?;
+        if n == 0 {
+            return std::task::Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        *pos += n;
+    }
+    std::task::Poll::Ready(Ok(()))
+}
+
 /// A byte stream the relay can move data through.
 ///
 /// A layer that can be bypassed says so per direction, without being consumed: the relay asks

@@ -152,13 +152,12 @@ impl OtaClient {
     }
 
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.ppos < self.pend.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pend[self.ppos..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.ppos += n;
-        }
+        ready!(crate::transport::poll_write_all(
+            &mut self.inner,
+            cx,
+            &self.pend,
+            &mut self.ppos
+        ))?;
         self.pend.clear();
         self.ppos = 0;
         Poll::Ready(Ok(()))

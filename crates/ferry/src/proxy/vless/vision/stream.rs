@@ -16,7 +16,7 @@ use tokio::time::Sleep;
 
 use super::{Padder, ReadState, TlsFilter, Unpadder, WriteState, BUFFER};
 use crate::proxy::vless::codec;
-use crate::transport::{BoxStream, RawSocket, Stream};
+use crate::transport::{poll_write_all, BoxStream, RawSocket, Stream};
 
 /// How long a client waits for the application's first bytes before it sends the request
 /// header with an empty padded block (Xray's 500 ms).
@@ -50,6 +50,7 @@ pub struct VisionStream {
     out_pos: usize,
     /// Bytes of the batch that ended padding with Direct, for the bare socket after `out`.
     raw_tail: Vec<u8>,
+    raw_pos: usize,
     /// The request header (client) or response (server): leaves with the first write.
     head: Option<Vec<u8>>,
     /// The writer writes on the bare socket.
@@ -115,6 +116,7 @@ impl VisionStream {
             out: Vec::new(),
             out_pos: 0,
             raw_tail: Vec::new(),
+            raw_pos: 0,
             head,
             write_raw: false,
             first_wait: None,
@@ -142,27 +144,26 @@ impl VisionStream {
         ready!(self.poll_drain_out(cx))?;
         if !self.raw_tail.is_empty() {
             ready!(self.poll_go_direct(cx))?;
-            while !self.raw_tail.is_empty() {
-                let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.raw_tail))?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                }
-                self.raw_tail.drain(..n);
-            }
+            ready!(poll_write_all(
+                &mut self.inner,
+                cx,
+                &self.raw_tail,
+                &mut self.raw_pos
+            ))?;
             self.raw_tail = Vec::new();
+            self.raw_pos = 0;
         }
         Poll::Ready(Ok(()))
     }
 
     /// Writes out what was framed.
     fn poll_drain_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.out_pos < self.out.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out[self.out_pos..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.out_pos += n;
-        }
+        ready!(poll_write_all(
+            &mut self.inner,
+            cx,
+            &self.out,
+            &mut self.out_pos
+        ))?;
         self.out.clear();
         self.out_pos = 0;
         Poll::Ready(Ok(()))
