@@ -22,7 +22,8 @@ use crate::transport::BoxStream;
 pub const IDLE_CLOSE: Duration = Duration::from_secs(60);
 
 /// Serves the Mux.Cool connection `stream` (positioned after the protocol header) to its end.
-/// `conn` is the connection's session: its inbound, source and user go to every sub-session.
+/// `conn` is the connection's session: its inbound, source and user go to every sub-session;
+/// its network UDP says the connection may open UDP sessions only (Vision users, as Xray).
 pub async fn serve(
     d: Arc<Dispatcher>,
     conn: Session,
@@ -114,6 +115,16 @@ impl Server {
         s.network = network;
         let (d, inbound) = (self.d.clone(), self.inbound.clone());
         match network {
+            Network::Tcp if self.conn.network == Network::Udp => {
+                // A Vision user's Mux carries UDP only (as Xray: TCP goes through Vision).
+                tracing::info!(
+                    "[{}] mux from {}: TCP to {dest} refused: this Mux connection carries UDP only",
+                    self.conn.inbound_tag,
+                    self.conn.source
+                );
+                // Dropped at once: the session ends (with an error End frame).
+                drop(self.link.add_stream(meta.id));
+            }
             Network::Tcp => {
                 let Some(stream) = self.link.add_stream(meta.id) else {
                     return;

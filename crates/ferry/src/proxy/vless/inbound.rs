@@ -143,7 +143,8 @@ impl InboundHandler for Inbound {
                 return Ok(Accepted::Stream(session, Box::new(s)));
             }
             (true, CMD_MUX, _) => {
-                let mut session = ctx.session(mux_cool(), Network::Tcp, "vless");
+                // Under Vision, Mux carries UDP only (XUDP), as Xray allows it.
+                let mut session = ctx.session(mux_cool(), Network::Udp, "vless");
                 session.user = Some(acct.user.clone());
                 let pre = r.buf.to_vec();
                 let s = VisionStream::server(r.stream, pre, req.uuid, acct.seeds);
