@@ -344,9 +344,6 @@ impl AsyncWrite for VisionStream {
         }
         ready!(me.poll_drain(cx))?;
         ready!(me.poll_go_direct(cx))?;
-        if me.filter.active() && me.padder.state() != WriteState::Padding {
-            me.filter.inspect(data.chunks(BUFFER));
-        }
         match me.padder.state() {
             WriteState::Padding => {
                 if let Some(h) = me.head.take() {
@@ -361,7 +358,14 @@ impl AsyncWrite for VisionStream {
                 }
                 Poll::Ready(Ok(data.len()))
             }
-            _ => Pin::new(&mut me.inner).poll_write(cx, data),
+            _ => {
+                let n = ready!(Pin::new(&mut me.inner).poll_write(cx, data))?;
+                // Xray's writer keeps counting buffers for the filter after padding ended.
+                if me.filter.active() {
+                    me.filter.inspect(data[..n].chunks(BUFFER));
+                }
+                Poll::Ready(Ok(n))
+            }
         }
     }
 
