@@ -1,0 +1,743 @@
+//! The protobuf messages of Xray's API (`proto/xray/*.proto` in this crate: the services'
+//! requests and responses, and the config messages panels send), written as `prost`
+//! structs by hand from those files. Field numbers and types are the wire contract.
+
+#![allow(missing_docs)]
+
+use std::collections::HashMap;
+
+/// `xray.common.serial.TypedMessage`: `type` is the full message name, no URL prefix.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TypedMessage {
+    #[prost(string, tag = "1")]
+    pub r#type: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+}
+
+impl TypedMessage {
+    /// `msg` under its full name.
+    pub fn of<M: prost::Message>(name: &str, msg: &M) -> Self {
+        TypedMessage {
+            r#type: name.to_string(),
+            value: msg.encode_to_vec(),
+        }
+    }
+}
+
+/// `xray.common.protocol.User`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct User {
+    #[prost(uint32, tag = "1")]
+    pub level: u32,
+    #[prost(string, tag = "2")]
+    pub email: String,
+    #[prost(message, optional, tag = "3")]
+    pub account: Option<TypedMessage>,
+}
+
+/// `xray.common.net.IPOrDomain`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct IpOrDomain {
+    #[prost(oneof = "Address", tags = "1, 2")]
+    pub address: Option<Address>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Address {
+    #[prost(bytes, tag = "1")]
+    Ip(Vec<u8>),
+    #[prost(string, tag = "2")]
+    Domain(String),
+}
+
+/// `xray.common.net.PortRange` (inclusive).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PortRange {
+    #[prost(uint32, tag = "1")]
+    pub from: u32,
+    #[prost(uint32, tag = "2")]
+    pub to: u32,
+}
+
+/// `xray.common.net.PortList`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PortList {
+    #[prost(message, repeated, tag = "1")]
+    pub range: Vec<PortRange>,
+}
+
+/// `xray.common.net.Network` values.
+pub mod network {
+    pub const TCP: i32 = 2;
+    pub const UDP: i32 = 3;
+}
+
+/// `xray.common.protocol.ServerEndpoint` (`user` was `repeated` before v25.10.15: one element
+/// encodes alike, several merge).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ServerEndpoint {
+    #[prost(message, optional, tag = "1")]
+    pub address: Option<IpOrDomain>,
+    #[prost(uint32, tag = "2")]
+    pub port: u32,
+    #[prost(message, optional, tag = "3")]
+    pub user: Option<User>,
+}
+
+// ---- xray.core ----
+
+/// `xray.core.InboundHandlerConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InboundHandlerConfig {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    #[prost(message, optional, tag = "2")]
+    pub receiver_settings: Option<TypedMessage>,
+    #[prost(message, optional, tag = "3")]
+    pub proxy_settings: Option<TypedMessage>,
+}
+
+/// `xray.core.OutboundHandlerConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OutboundHandlerConfig {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    #[prost(message, optional, tag = "2")]
+    pub sender_settings: Option<TypedMessage>,
+    #[prost(message, optional, tag = "3")]
+    pub proxy_settings: Option<TypedMessage>,
+    #[prost(int64, tag = "4")]
+    pub expire: i64,
+    #[prost(string, tag = "5")]
+    pub comment: String,
+}
+
+// ---- xray.app.proxyman.command ----
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AddUserOperation {
+    #[prost(message, optional, tag = "1")]
+    pub user: Option<User>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RemoveUserOperation {
+    #[prost(string, tag = "1")]
+    pub email: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AddInboundRequest {
+    #[prost(message, optional, tag = "1")]
+    pub inbound: Option<InboundHandlerConfig>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RemoveInboundRequest {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AlterInboundRequest {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    #[prost(message, optional, tag = "2")]
+    pub operation: Option<TypedMessage>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListInboundsRequest {
+    #[prost(bool, tag = "1")]
+    pub is_only_tags: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListInboundsResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub inbounds: Vec<InboundHandlerConfig>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetInboundUserRequest {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    #[prost(string, tag = "2")]
+    pub email: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetInboundUserResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub users: Vec<User>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetInboundUsersCountResponse {
+    #[prost(int64, tag = "1")]
+    pub count: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AddOutboundRequest {
+    #[prost(message, optional, tag = "1")]
+    pub outbound: Option<OutboundHandlerConfig>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RemoveOutboundRequest {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AlterOutboundRequest {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    #[prost(message, optional, tag = "2")]
+    pub operation: Option<TypedMessage>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListOutboundsResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub outbounds: Vec<OutboundHandlerConfig>,
+}
+
+// ---- xray.app.stats.command ----
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetStatsRequest {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(bool, tag = "2")]
+    pub reset: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Stat {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(int64, tag = "2")]
+    pub value: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetStatsResponse {
+    #[prost(message, optional, tag = "1")]
+    pub stat: Option<Stat>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct QueryStatsRequest {
+    #[prost(string, tag = "1")]
+    pub pattern: String,
+    #[prost(bool, tag = "2")]
+    pub reset: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct QueryStatsResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub stat: Vec<Stat>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SysStatsResponse {
+    #[prost(uint32, tag = "1")]
+    pub num_goroutine: u32,
+    #[prost(uint32, tag = "2")]
+    pub num_gc: u32,
+    #[prost(uint64, tag = "3")]
+    pub alloc: u64,
+    #[prost(uint64, tag = "4")]
+    pub total_alloc: u64,
+    #[prost(uint64, tag = "5")]
+    pub sys: u64,
+    #[prost(uint64, tag = "6")]
+    pub mallocs: u64,
+    #[prost(uint64, tag = "7")]
+    pub frees: u64,
+    #[prost(uint64, tag = "8")]
+    pub live_objects: u64,
+    #[prost(uint64, tag = "9")]
+    pub pause_total_ns: u64,
+    #[prost(uint32, tag = "10")]
+    pub uptime: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetStatsOnlineIpListResponse {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(map = "string, int64", tag = "2")]
+    pub ips: HashMap<String, i64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetAllOnlineUsersResponse {
+    #[prost(string, repeated, tag = "1")]
+    pub users: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OnlineIpEntry {
+    #[prost(string, tag = "1")]
+    pub ip: String,
+    #[prost(int64, tag = "2")]
+    pub last_seen: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrafficUserStat {
+    #[prost(int64, tag = "1")]
+    pub uplink: i64,
+    #[prost(int64, tag = "2")]
+    pub downlink: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct UserStat {
+    #[prost(string, tag = "1")]
+    pub email: String,
+    #[prost(message, repeated, tag = "2")]
+    pub ips: Vec<OnlineIpEntry>,
+    #[prost(message, optional, tag = "3")]
+    pub traffic: Option<TrafficUserStat>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetUsersStatsRequest {
+    #[prost(bool, tag = "1")]
+    pub include_traffic: bool,
+    #[prost(bool, tag = "2")]
+    pub reset: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetUsersStatsResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub users: Vec<UserStat>,
+}
+
+// ---- xray.app.proxyman ----
+
+/// `xray.app.proxyman.ReceiverConfig` as laid out since v25.10.15.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReceiverConfig {
+    #[prost(message, optional, tag = "1")]
+    pub port_list: Option<PortList>,
+    #[prost(message, optional, tag = "2")]
+    pub listen: Option<IpOrDomain>,
+    #[prost(message, optional, tag = "3")]
+    pub stream_settings: Option<StreamConfig>,
+    #[prost(bool, tag = "4")]
+    pub receive_original_destination: bool,
+    #[prost(message, optional, tag = "6")]
+    pub sniffing_settings: Option<SniffingConfig>,
+}
+
+/// `ReceiverConfig` as laid out up to v25.9 (field 3 was `allocation_strategy`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReceiverConfigOld {
+    #[prost(message, optional, tag = "1")]
+    pub port_list: Option<PortList>,
+    #[prost(message, optional, tag = "2")]
+    pub listen: Option<IpOrDomain>,
+    #[prost(message, optional, tag = "4")]
+    pub stream_settings: Option<StreamConfig>,
+    #[prost(bool, tag = "5")]
+    pub receive_original_destination: bool,
+    #[prost(message, optional, tag = "7")]
+    pub sniffing_settings: Option<SniffingConfig>,
+}
+
+/// `xray.app.proxyman.SniffingConfig` (only what Ferry looks at).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SniffingConfig {
+    #[prost(bool, tag = "1")]
+    pub enabled: bool,
+    #[prost(string, repeated, tag = "2")]
+    pub destination_override: Vec<String>,
+}
+
+/// `xray.app.proxyman.SenderConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SenderConfig {
+    #[prost(message, optional, tag = "1")]
+    pub via: Option<IpOrDomain>,
+    #[prost(message, optional, tag = "2")]
+    pub stream_settings: Option<StreamConfig>,
+    #[prost(message, optional, tag = "3")]
+    pub proxy_settings: Option<ProxyConfig>,
+    #[prost(message, optional, tag = "4")]
+    pub multiplex_settings: Option<MultiplexingConfig>,
+    #[prost(string, tag = "5")]
+    pub via_cidr: String,
+    #[prost(int32, tag = "6")]
+    pub target_strategy: i32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MultiplexingConfig {
+    #[prost(bool, tag = "1")]
+    pub enabled: bool,
+    #[prost(int32, tag = "2")]
+    pub concurrency: i32,
+    #[prost(int32, tag = "3")]
+    pub xudp_concurrency: i32,
+    #[prost(string, tag = "4")]
+    pub xudp_proxy_udp443: String,
+}
+
+// ---- xray.transport.internet ----
+
+/// `xray.transport.internet.StreamConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StreamConfig {
+    /// Removed upstream (the old transport enum); nonzero means an old client's transport.
+    #[prost(int32, tag = "1")]
+    pub protocol: i32,
+    #[prost(message, repeated, tag = "2")]
+    pub transport_settings: Vec<TransportConfig>,
+    #[prost(string, tag = "3")]
+    pub security_type: String,
+    #[prost(message, repeated, tag = "4")]
+    pub security_settings: Vec<TypedMessage>,
+    #[prost(string, tag = "5")]
+    pub protocol_name: String,
+    #[prost(message, optional, tag = "6")]
+    pub socket_settings: Option<SocketConfig>,
+    #[prost(message, optional, tag = "8")]
+    pub address: Option<IpOrDomain>,
+    #[prost(uint32, tag = "9")]
+    pub port: u32,
+    #[prost(message, repeated, tag = "10")]
+    pub udpmasks: Vec<TypedMessage>,
+    #[prost(message, repeated, tag = "11")]
+    pub tcpmasks: Vec<TypedMessage>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TransportConfig {
+    #[prost(int32, tag = "1")]
+    pub protocol: i32,
+    #[prost(message, optional, tag = "2")]
+    pub settings: Option<TypedMessage>,
+    #[prost(string, tag = "3")]
+    pub protocol_name: String,
+}
+
+/// `xray.transport.internet.SocketConfig` (the fields Ferry maps; others are refused when set).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SocketConfig {
+    #[prost(int32, tag = "1")]
+    pub mark: i32,
+    #[prost(int32, tag = "2")]
+    pub tfo: i32,
+    #[prost(int32, tag = "3")]
+    pub tproxy: i32,
+    #[prost(bool, tag = "4")]
+    pub receive_original_dest_address: bool,
+    #[prost(bool, tag = "7")]
+    pub accept_proxy_protocol: bool,
+    #[prost(int32, tag = "8")]
+    pub domain_strategy: i32,
+    #[prost(string, tag = "9")]
+    pub dialer_proxy: String,
+    #[prost(int32, tag = "10")]
+    pub tcp_keep_alive_interval: i32,
+    #[prost(int32, tag = "11")]
+    pub tcp_keep_alive_idle: i32,
+    #[prost(string, tag = "13")]
+    pub interface: String,
+    #[prost(bool, tag = "14")]
+    pub v6only: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProxyConfig {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    #[prost(bool, tag = "2")]
+    pub transport_layer_proxy: bool,
+}
+
+/// `xray.transport.internet.tcp.Config`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TcpConfig {
+    #[prost(message, optional, tag = "2")]
+    pub header_settings: Option<TypedMessage>,
+    #[prost(bool, tag = "3")]
+    pub accept_proxy_protocol: bool,
+}
+
+/// `xray.transport.internet.tls.Certificate`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Certificate {
+    #[prost(bytes = "vec", tag = "1")]
+    pub certificate: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub key: Vec<u8>,
+    #[prost(int32, tag = "3")]
+    pub usage: i32,
+    #[prost(string, tag = "5")]
+    pub certificate_path: String,
+    #[prost(string, tag = "6")]
+    pub key_path: String,
+    #[prost(bool, tag = "7")]
+    pub one_time_loading: bool,
+}
+
+/// `xray.transport.internet.tls.Config`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TlsConfig {
+    #[prost(message, repeated, tag = "2")]
+    pub certificate: Vec<Certificate>,
+    #[prost(string, tag = "3")]
+    pub server_name: String,
+    #[prost(string, repeated, tag = "4")]
+    pub next_protocol: Vec<String>,
+    #[prost(bool, tag = "5")]
+    pub enable_session_resumption: bool,
+    #[prost(bool, tag = "6")]
+    pub disable_system_root: bool,
+    #[prost(string, tag = "7")]
+    pub min_version: String,
+    #[prost(string, tag = "8")]
+    pub max_version: String,
+    #[prost(string, tag = "9")]
+    pub cipher_suites: String,
+    #[prost(string, tag = "11")]
+    pub fingerprint: String,
+    #[prost(bool, tag = "12")]
+    pub reject_unknown_sni: bool,
+    #[prost(bytes = "vec", repeated, tag = "22")]
+    pub pinned_peer_cert_sha256: Vec<Vec<u8>>,
+}
+
+// ---- proxies ----
+
+/// `xray.proxy.vless.Account`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VlessAccount {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(string, tag = "2")]
+    pub flow: String,
+    #[prost(string, tag = "3")]
+    pub encryption: String,
+}
+
+/// `xray.proxy.vless.inbound.Config` and `xray.proxy.trojan.ServerConfig` (same fields 1-2).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FallbackServerConfig {
+    #[prost(message, repeated, tag = "1")]
+    pub users: Vec<User>,
+    #[prost(message, repeated, tag = "2")]
+    pub fallbacks: Vec<Fallback>,
+    #[prost(string, tag = "3")]
+    pub decryption: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Fallback {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub alpn: String,
+    #[prost(string, tag = "3")]
+    pub path: String,
+    #[prost(string, tag = "4")]
+    pub r#type: String,
+    #[prost(string, tag = "5")]
+    pub dest: String,
+    #[prost(uint64, tag = "6")]
+    pub xver: u64,
+}
+
+/// `xray.proxy.vmess.Account`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VmessAccount {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(message, optional, tag = "3")]
+    pub security_settings: Option<SecurityConfig>,
+}
+
+/// `xray.common.protocol.SecurityConfig`: AUTO = 2, AES128_GCM = 3, CHACHA20_POLY1305 = 4,
+/// NONE = 5, ZERO = 6 (the last two until v26.7.11).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecurityConfig {
+    #[prost(int32, tag = "1")]
+    pub r#type: i32,
+}
+
+/// `xray.proxy.vmess.inbound.Config`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VmessInboundConfig {
+    #[prost(message, repeated, tag = "1")]
+    pub user: Vec<User>,
+    #[prost(message, optional, tag = "2")]
+    pub default: Option<VmessDefault>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VmessDefault {
+    #[prost(uint32, tag = "2")]
+    pub level: u32,
+}
+
+/// `xray.proxy.trojan.Account`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrojanAccount {
+    #[prost(string, tag = "1")]
+    pub password: String,
+}
+
+/// `xray.proxy.shadowsocks.Account`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ShadowsocksAccount {
+    #[prost(string, tag = "1")]
+    pub password: String,
+    #[prost(int32, tag = "2")]
+    pub cipher_type: i32,
+    #[prost(bool, tag = "3")]
+    pub iv_check: bool,
+}
+
+/// `xray.proxy.shadowsocks.ServerConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ShadowsocksServerConfig {
+    #[prost(message, repeated, tag = "1")]
+    pub users: Vec<User>,
+    #[prost(int32, repeated, tag = "2")]
+    pub network: Vec<i32>,
+}
+
+/// `xray.proxy.shadowsocks_2022.Account`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Ss2022Account {
+    #[prost(string, tag = "1")]
+    pub key: String,
+}
+
+/// `xray.proxy.shadowsocks_2022.ServerConfig` (one user, no user API).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Ss2022ServerConfig {
+    #[prost(string, tag = "1")]
+    pub method: String,
+    #[prost(string, tag = "2")]
+    pub key: String,
+    #[prost(string, tag = "3")]
+    pub email: String,
+    #[prost(int32, tag = "4")]
+    pub level: i32,
+    #[prost(int32, repeated, tag = "5")]
+    pub network: Vec<i32>,
+}
+
+/// `xray.proxy.shadowsocks_2022.MultiUserServerConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Ss2022MultiConfig {
+    #[prost(string, tag = "1")]
+    pub method: String,
+    #[prost(string, tag = "2")]
+    pub key: String,
+    #[prost(message, repeated, tag = "3")]
+    pub users: Vec<User>,
+    #[prost(int32, repeated, tag = "4")]
+    pub network: Vec<i32>,
+}
+
+/// `xray.proxy.shadowsocks_2022.ClientConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Ss2022ClientConfig {
+    #[prost(message, optional, tag = "1")]
+    pub address: Option<IpOrDomain>,
+    #[prost(uint32, tag = "2")]
+    pub port: u32,
+    #[prost(string, tag = "3")]
+    pub method: String,
+    #[prost(string, tag = "4")]
+    pub key: String,
+}
+
+/// Outbounds that name one server: `xray.proxy.{vless,vmess}.outbound.Config`,
+/// `xray.proxy.{trojan,shadowsocks,socks,http}.ClientConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ServerClientConfig {
+    #[prost(message, optional, tag = "1")]
+    pub server: Option<ServerEndpoint>,
+}
+
+/// `xray.proxy.socks.Account` / `xray.proxy.http.Account`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PasswordAccount {
+    #[prost(string, tag = "1")]
+    pub username: String,
+    #[prost(string, tag = "2")]
+    pub password: String,
+}
+
+/// `xray.proxy.freedom.Config` (the fields Ferry maps).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FreedomConfig {
+    #[prost(int32, tag = "1")]
+    pub domain_strategy: i32,
+    #[prost(message, optional, tag = "3")]
+    pub destination_override: Option<ServerClientConfig>,
+    #[prost(uint32, tag = "4")]
+    pub user_level: u32,
+}
+
+/// `xray.proxy.blackhole.Config`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BlackholeConfig {
+    #[prost(message, optional, tag = "1")]
+    pub response: Option<TypedMessage>,
+}
+
+/// `xray.proxy.dokodemo.Config`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DokodemoConfig {
+    #[prost(message, optional, tag = "1")]
+    pub address: Option<IpOrDomain>,
+    #[prost(uint32, tag = "2")]
+    pub port: u32,
+    #[prost(map = "string, string", tag = "3")]
+    pub port_map: HashMap<String, String>,
+    #[prost(bool, tag = "5")]
+    pub follow_redirect: bool,
+    #[prost(uint32, tag = "6")]
+    pub user_level: u32,
+    #[prost(int32, repeated, tag = "7")]
+    pub networks: Vec<i32>,
+}
+
+/// `xray.proxy.socks.ServerConfig`: auth_type NO_AUTH = 0, PASSWORD = 1.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SocksServerConfig {
+    #[prost(int32, tag = "1")]
+    pub auth_type: i32,
+    #[prost(map = "string, string", tag = "2")]
+    pub accounts: HashMap<String, String>,
+    #[prost(message, optional, tag = "3")]
+    pub address: Option<IpOrDomain>,
+    #[prost(bool, tag = "4")]
+    pub udp_enabled: bool,
+    #[prost(uint32, tag = "6")]
+    pub user_level: u32,
+}
+
+/// `xray.proxy.http.ServerConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpServerConfig {
+    #[prost(map = "string, string", tag = "2")]
+    pub accounts: HashMap<String, String>,
+    #[prost(bool, tag = "3")]
+    pub allow_transparent: bool,
+    #[prost(uint32, tag = "4")]
+    pub user_level: u32,
+}
