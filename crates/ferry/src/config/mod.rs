@@ -333,8 +333,8 @@ pub fn parse_outbound(
     diag: &Diagnostics,
 ) -> reader::Result<(Outbound, Option<String>)> {
     let name = protocol_name(o)?;
-    let builder = proxy::outbound_builder(&name)
-        .ok_or_else(|| unsupported_protocol(o, &name, "outbound"))?;
+    let builder =
+        proxy::outbound_builder(&name).ok_or_else(|| unsupported_protocol(o, &name, "outbound"))?;
     let ss = StreamSettings::parse(o, true)?;
     let mux = match o.obj("mux")? {
         Some(m) => {
