@@ -1,0 +1,117 @@
+//! Ferry's gRPC API driven by the panels' own client libraries from the registries
+//! (`../shared/specs/api.md` §6, §10): Hiddify's `xtlsapi` (Python, grpcio) and Remnawave's
+//! `@remnawave/xtls-sdk` (Node, nice-grpc), installed by `scripts/peers.sh api-clients`. Each
+//! script adds users of VMess, VLESS, Trojan and Shadowsocks inbounds, pushes traffic as them
+//! through a Ferry client, reads the counters as the panel does, and removes them; the xtlsapi
+//! one then adds and removes 1,000 users while another user's transfer runs.
+
+mod common;
+use common::*;
+
+use std::process::{Command, Stdio};
+
+use serde_json::json;
+
+const VM: &str = "6fd4b5a2-0c3e-4a8e-9d6c-1b2a3c4d5e6f";
+const VL: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+
+/// A server with empty VMess, VLESS, Trojan and Shadowsocks inbounds and the API (through the
+/// older form: a tunnel inbound routed to `api.tag`, as Remnawave and 3x-ui configure it), and
+/// a Ferry client with one entry port per server inbound. Returns (API port, entry ports).
+fn setup() -> (u16, serde_json::Value, Proc, Proc) {
+    let echo = echo_server();
+    let api = free_port();
+    let ports: Vec<u16> = (0..8).map(|_| free_port()).collect();
+    let (svm, svl, str_, sss) = (ports[0], ports[1], ports[2], ports[3]);
+    let inbound = |tag: &str, port: u16, protocol: &str, settings: serde_json::Value| json!({"tag": tag, "listen": "127.0.0.1", "port": port, "protocol": protocol, "settings": settings});
+    let server = ferry(
+        &json!({
+            "api": {"tag": "api", "services": ["HandlerService", "StatsService", "RoutingService"]},
+            "stats": {},
+            "policy": {"levels": {"0": {"statsUserUplink": true, "statsUserDownlink": true, "statsUserOnline": true}},
+                       "system": {"statsInboundUplink": true, "statsInboundDownlink": true}},
+            "inbounds": [
+                {"tag": "api-in", "listen": "127.0.0.1", "port": api, "protocol": "dokodemo-door",
+                 "settings": {"address": "127.0.0.1"}},
+                inbound("vm", svm, "vmess", json!({"clients": []})),
+                inbound("vl", svl, "vless", json!({"clients": [], "decryption": "none"})),
+                inbound("tr", str_, "trojan", json!({"clients": []})),
+                inbound("ss", sss, "shadowsocks", json!({"clients": []})),
+            ],
+            "outbounds": [{"tag": "direct", "protocol": "freedom"}],
+            "routing": {"rules": [{"inboundTag": ["api-in"], "outboundTag": "api"}]}
+        })
+        .to_string(),
+        &[api, svm, svl, str_, sss],
+    );
+    let (cvm, cvl, ctr, css) = (ports[4], ports[5], ports[6], ports[7]);
+    let entry = |tag: &str, port: u16| {
+        json!({"tag": tag, "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
+               "settings": {"address": "127.0.0.1", "port": echo.port()}})
+    };
+    let out = |tag: &str, protocol: &str, settings: serde_json::Value| json!({"tag": tag, "protocol": protocol, "sendThrough": "127.0.0.2", "settings": settings});
+    let rule = |t: &str| json!({"inboundTag": [t], "outboundTag": t});
+    let client = ferry(
+        &json!({
+            "inbounds": [entry("vm", cvm), entry("vl", cvl), entry("tr", ctr), entry("ss", css)],
+            "outbounds": [
+                out("vm", "vmess", json!({"address": "127.0.0.1", "port": svm, "id": VM, "security": "aes-128-gcm"})),
+                out("vl", "vless", json!({"address": "127.0.0.1", "port": svl, "id": VL, "encryption": "none"})),
+                out("tr", "trojan", json!({"address": "127.0.0.1", "port": str_, "password": "trojan-pw"})),
+                out("ss", "shadowsocks", json!({"address": "127.0.0.1", "port": sss, "method": "aes-128-gcm", "password": "ss-pw"})),
+            ],
+            "routing": {"rules": [rule("vm"), rule("vl"), rule("tr"), rule("ss")]}
+        })
+        .to_string(),
+        &[cvm, cvl, ctr, css],
+    );
+    (
+        api,
+        json!({"vm": cvm, "vl": cvl, "tr": ctr, "ss": css}),
+        server,
+        client,
+    )
+}
+
+fn script(name: &str) -> String {
+    format!("{}/tests/api_clients/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(mut cmd: Command, server: &Proc) {
+    let o = cmd.stdin(Stdio::null()).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && out.contains("OK"),
+        "{out}\n{err}\n{}",
+        server.output()
+    );
+    eprintln!("{out}");
+}
+
+#[test]
+fn hiddify_xtlsapi_manages_users_and_reads_traffic() {
+    let (api, ports, server, _client) = setup();
+    let mut cmd = Command::new(peer("xtlsapi-python"));
+    cmd.arg(script("xtlsapi_check.py"))
+        .arg(api.to_string())
+        .arg(ports.to_string());
+    run(cmd, &server);
+}
+
+#[test]
+fn remnawave_xtls_sdk_manages_users_and_reads_traffic() {
+    let (api, ports, server, _client) = setup();
+    let modules = peers_dir().join("xtls-sdk/node_modules");
+    assert!(
+        modules.join("@remnawave/xtls-sdk").exists(),
+        "@remnawave/xtls-sdk is not installed at {}: run scripts/peers.sh api-clients",
+        modules.display()
+    );
+    let mut cmd = Command::new("node");
+    cmd.env("NODE_PATH", &modules)
+        .arg(script("remnawave_check.js"))
+        .arg(api.to_string())
+        .arg(ports.to_string());
+    run(cmd, &server);
+}
