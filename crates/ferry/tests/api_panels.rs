@@ -115,3 +115,28 @@ fn remnawave_xtls_sdk_manages_users_and_reads_traffic() {
         .arg(ports.to_string());
     run(cmd, &server);
 }
+
+/// Malformed and old-style requests through grpcio with xtlsapi's generated messages (an old
+/// `ReceiverConfig` layout among them): Xray's status codes and texts, no crash, and an
+/// old-layout inbound that keeps its TLS settings.
+#[test]
+fn bad_and_old_requests_get_xray_answers() {
+    let (api, _ports, server, _client) = setup();
+    let dir = tempdir::Dir::new("api-raw");
+    let prefix = dir.path().join("cert");
+    let o = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["tls", "cert", "--domain", "test.local", "--file"])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let crt = format!("{}.crt", prefix.display());
+    let key = format!("{}.key", prefix.display());
+    let mut cmd = Command::new(peer("xtlsapi-python"));
+    cmd.arg(script("raw_grpc_check.py"))
+        .arg(api.to_string())
+        .arg(free_port().to_string())
+        .arg(crt)
+        .arg(key);
+    run(cmd, &server);
+}

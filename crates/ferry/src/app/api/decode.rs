@@ -445,11 +445,29 @@ fn users(protocol: &str, us: &[pb::User]) -> Result<Vec<Value>, Error> {
     us.iter().map(|u| user_to_json(protocol, u)).collect()
 }
 
+/// The VLESS inbound config in either layout: since v25.9.5 fallbacks are field 2 and
+/// `decryption` field 3; before, the other way round. The new layout is tried first; an old
+/// client's `decryption` ("none") does not parse as a fallback, and an old client's fallback
+/// read as `decryption` holds control bytes no decryption setting has.
+fn vless_inbound(b: &[u8]) -> Result<pb::FallbackServerConfig, Error> {
+    if let Ok(c) = parse::<pb::FallbackServerConfig>(b) {
+        if !c.decryption.chars().any(char::is_control) {
+            return Ok(c);
+        }
+    }
+    let o: pb::VlessInboundConfigOld = parse(b)?;
+    Ok(pb::FallbackServerConfig {
+        users: o.users,
+        fallbacks: o.fallbacks,
+        decryption: o.decryption,
+    })
+}
+
 /// An inbound's protocol settings: (protocol name, JSON `settings`).
 fn inbound_proxy(m: &pb::TypedMessage) -> Result<(&'static str, Value), Error> {
     Ok(match m.r#type.as_str() {
         "xray.proxy.vless.inbound.Config" => {
-            let c: pb::FallbackServerConfig = parse(&m.value)?;
+            let c = vless_inbound(&m.value)?;
             let mut s = json!({"clients": users("vless", &c.users)?, "decryption": if c.decryption.is_empty() { "none" } else { c.decryption.as_str() }});
             if !c.fallbacks.is_empty() {
                 s["fallbacks"] = fallbacks(&c.fallbacks);
@@ -837,6 +855,41 @@ mod tests {
             );
         }
         assert!(receiver(&[0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn both_vless_inbound_layouts_keep_decryption_and_fallbacks() {
+        let fb = pb::Fallback {
+            dest: "8080".into(),
+            ..Default::default()
+        };
+        let new = pb::FallbackServerConfig {
+            users: vec![],
+            fallbacks: vec![fb.clone()],
+            decryption: "none".into(),
+        };
+        let old = pb::VlessInboundConfigOld {
+            users: vec![],
+            decryption: "none".into(),
+            fallbacks: vec![fb.clone()],
+        };
+        let old_no_decryption = pb::VlessInboundConfigOld {
+            decryption: String::new(),
+            ..old.clone()
+        };
+        for (what, bytes, dec) in [
+            ("new", new.encode_to_vec(), "none"),
+            ("old", old.encode_to_vec(), "none"),
+            (
+                "old without decryption",
+                old_no_decryption.encode_to_vec(),
+                "",
+            ),
+        ] {
+            let c = vless_inbound(&bytes).unwrap();
+            assert_eq!(c.decryption, dec, "{what}");
+            assert_eq!(c.fallbacks, vec![fb.clone()], "{what}");
+        }
     }
 
     #[test]

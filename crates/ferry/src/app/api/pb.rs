@@ -541,6 +541,17 @@ pub struct FallbackServerConfig {
     pub decryption: String,
 }
 
+/// `xray.proxy.vless.inbound.Config` before v25.9.5 (Xray 1.250905.0 swapped fields 2 and 3).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VlessInboundConfigOld {
+    #[prost(message, repeated, tag = "1")]
+    pub users: Vec<User>,
+    #[prost(string, tag = "2")]
+    pub decryption: String,
+    #[prost(message, repeated, tag = "3")]
+    pub fallbacks: Vec<Fallback>,
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Fallback {
     #[prost(string, tag = "1")]
