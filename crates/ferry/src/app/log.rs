@@ -207,7 +207,7 @@ fn accepted_line(s: &Session, outbound: &str, routed: bool) -> String {
 }
 
 /// `YYYY/MM/DD HH:MM:SS.uuuuuu` in UTC.
-fn timestamp() -> String {
+pub fn timestamp() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
