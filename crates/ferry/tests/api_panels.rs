@@ -73,6 +73,21 @@ fn setup() -> (u16, serde_json::Value, Proc, Proc) {
     )
 }
 
+/// A self-signed certificate pair written by `ferry tls cert` into `dir`: (cert, key) paths.
+fn cert(dir: &tempdir::Dir) -> (String, String) {
+    let prefix = dir.path().join("cert");
+    let o = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["tls", "cert", "--domain", "test.local", "--file"])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (
+        format!("{}.crt", prefix.display()),
+        format!("{}.key", prefix.display()),
+    )
+}
+
 fn script(name: &str) -> String {
     format!("{}/tests/api_clients/{name}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -123,17 +138,30 @@ fn remnawave_xtls_sdk_manages_users_and_reads_traffic() {
 fn bad_and_old_requests_get_xray_answers() {
     let (api, _ports, server, _client) = setup();
     let dir = tempdir::Dir::new("api-raw");
-    let prefix = dir.path().join("cert");
-    let o = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["tls", "cert", "--domain", "test.local", "--file"])
-        .arg(&prefix)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let crt = format!("{}.crt", prefix.display());
-    let key = format!("{}.key", prefix.display());
+    let (crt, key) = cert(&dir);
     let mut cmd = Command::new(peer("xtlsapi-python"));
     cmd.arg(script("raw_grpc_check.py"))
+        .arg(api.to_string())
+        .arg(free_port().to_string())
+        .arg(crt)
+        .arg(key);
+    run(cmd, &server);
+}
+
+/// Ferry's own `proto/` files compile (grpcio-tools) and their messages, in the current
+/// layouts, are what the server decodes: an inbound with TLS and a user added and read back,
+/// GetUsersStats, TestRoute and ListRule answered.
+#[test]
+fn ferry_proto_files_match_the_server() {
+    let (api, _ports, server, _client) = setup();
+    let dir = tempdir::Dir::new("api-proto");
+    let (crt, key) = cert(&dir);
+    let out = dir.path().join("py");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut cmd = Command::new(peer("xtlsapi-python"));
+    cmd.arg(script("proto_check.py"))
+        .arg(format!("{}/proto", env!("CARGO_MANIFEST_DIR")))
+        .arg(&out)
         .arg(api.to_string())
         .arg(free_port().to_string())
         .arg(crt)

@@ -1,4 +1,4 @@
-//! The protobuf messages of Xray's API (`proto/xray/*.proto` in this crate: the services'
+//! The protobuf messages of Xray's API (`proto/*.proto` in this crate: the services'
 //! requests and responses, and the config messages panels send), written as `prost`
 //! structs by hand from those files. Field numbers and types are the wire contract.
 
