@@ -168,3 +168,38 @@ fn ferry_proto_files_match_the_server() {
         .arg(key);
     run(cmd, &server);
 }
+
+/// The API behind a TLS dokodemo-door inbound (Marzban-node) and behind one on an abstract
+/// unix socket (Remnawave's node), both routed to `api.tag`: grpcio reaches it through each.
+#[test]
+fn api_through_tls_and_abstract_socket_inbounds() {
+    let dir = tempdir::Dir::new("api-legacy");
+    let (crt, key) = cert(&dir);
+    let port = free_port();
+    let name = format!("ferry-api-test-{}", std::process::id());
+    let server = ferry(
+        &json!({
+            "api": {"tag": "api", "services": ["StatsService"]},
+            "stats": {},
+            "policy": {"system": {"statsInboundUplink": true, "statsInboundDownlink": true}},
+            "inbounds": [
+                {"tag": "api-tls", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
+                 "settings": {"address": "127.0.0.1"},
+                 "streamSettings": {"security": "tls", "tlsSettings": {
+                     "certificates": [{"certificateFile": crt, "keyFile": key}]}}},
+                {"tag": "api-unix", "listen": format!("@{name}"), "protocol": "dokodemo-door",
+                 "settings": {"address": "127.0.0.1"}}
+            ],
+            "outbounds": [{"protocol": "freedom"}],
+            "routing": {"rules": [{"inboundTag": ["api-tls", "api-unix"], "outboundTag": "api"}]}
+        })
+        .to_string(),
+        &[port],
+    );
+    let mut cmd = Command::new(peer("xtlsapi-python"));
+    cmd.arg(script("legacy_check.py"))
+        .arg(port.to_string())
+        .arg(&crt)
+        .arg(&name);
+    run(cmd, &server);
+}

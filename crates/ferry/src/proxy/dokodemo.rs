@@ -149,9 +149,10 @@ impl Dokodemo {
             Some(_) => Address::Ip(std::net::Ipv6Addr::LOCALHOST.into()),
             None => Address::Domain("localhost".into()),
         });
-        let port = port.or(lport).ok_or_else(|| {
-            io::Error::other("tunnel: no port to forward to (set rewritePort for a unix listener)")
-        })?;
+        // A unix listener without rewritePort has no port: port 0, as in Xray, which routing
+        // can still send somewhere that needs none (the API's tag: Remnawave's node listens
+        // for its API this way); a dial to it fails.
+        let port = port.or(lport).unwrap_or(0);
         Ok(Destination::new(addr, port))
     }
 }
