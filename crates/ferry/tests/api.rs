@@ -433,3 +433,80 @@ fn resetting_queries_lose_and_double_no_byte() {
     );
     assert_eq!((up, down), (want, want), "after {calls} resets");
 }
+
+/// A connection to 127.0.0.1:`port` from the local address `from`.
+fn connect_from(from: [u8; 4], port: u16) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from((from, 0)).into())
+        .unwrap();
+    s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    s.into()
+}
+
+/// Whether a connection from `from` through `port` echoes within two seconds.
+fn echoes_from(from: [u8; 4], port: u16) -> bool {
+    let mut s = connect_from(from, port);
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let data = pattern(500, 3);
+    if s.write_all(&data).is_err() {
+        return false;
+    }
+    let mut got = vec![0u8; data.len()];
+    s.read_exact(&mut got).is_ok() && got == data
+}
+
+/// Routing rules through `xray api`: a source IP blocked (`sib`, as panels block abusers),
+/// listed, removed; a rule naming an outbound that does not exist refused. The API's own
+/// rule (the older form) keeps working throughout.
+#[test]
+fn xray_api_routing_rules() {
+    let echo = echo_server();
+    let (api, legacy, dport) = (free_port(), free_port(), free_port());
+    let mut cfg: Value = serde_json::from_str(&api_config(
+        api,
+        legacy,
+        vec![
+            json!({"tag": "d", "listen": "127.0.0.1", "port": dport, "protocol": "dokodemo-door",
+                    "settings": {"address": "127.0.0.1", "port": echo.port()}}),
+        ],
+    ))
+    .unwrap();
+    cfg["outbounds"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"tag": "blocked", "protocol": "blackhole"}));
+    let _server = ferry(&cfg.to_string(), &[api, legacy, dport]);
+    assert!(echoes_from([127, 0, 0, 2], dport));
+
+    let (ok, out, err) = xapi(
+        api,
+        &["sib", "-outbound=blocked", "-inbound=d", "127.0.0.2"],
+    );
+    assert!(ok, "sib: {out}{err}");
+    assert!(!echoes_from([127, 0, 0, 2], dport), "a blocked source");
+    assert!(echoes_from([127, 0, 0, 3], dport), "another source");
+    let l = xjson(api, &["lsrules"]);
+    assert!(l.to_string().contains("sourceIpBlock"), "{l}");
+    // The older form's API rule is still there.
+    let q = xjson(legacy, &["statsquery", "-pattern", "inbound>>>d>>>"]);
+    assert_eq!(stats_of(&q).len(), 2, "{q}");
+
+    let (ok, out, err) = xapi(api, &["rmrules", "sourceIpBlock"]);
+    assert!(ok, "rmrules: {out}{err}");
+    assert!(echoes_from([127, 0, 0, 2], dport), "unblocked");
+
+    let dir = tempdir::Dir::new("api-rules");
+    let f = write_json(
+        dir.path(),
+        "r.json",
+        &json!({"routing": {"rules": [{"inboundTag": ["d"], "outboundTag": "nowhere", "ruleTag": "x"}]}}),
+    );
+    let (ok, _, err) = xapi(api, &["adrules", "-append", &f]);
+    assert!(!ok && err.contains("no outbound is tagged"), "{err}");
+    let l = xjson(api, &["lsrules"]);
+    assert!(
+        !l.to_string().contains("\"x\""),
+        "refused rules are not added: {l}"
+    );
+}

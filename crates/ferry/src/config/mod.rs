@@ -686,6 +686,42 @@ mod tests {
     }
 
     #[test]
+    fn api_object_names_its_errors() {
+        let d = Diagnostics::default();
+        let v = json!({"api": {"tag": "api", "listen": "127.0.0.1:10085",
+                               "services": ["handlerservice", "StatsService", "ObservatoryService"]}});
+        let c = Config::from_value(&v, &d).unwrap();
+        let api = c.api.expect("api");
+        assert_eq!(
+            api.services,
+            [
+                crate::app::api::Service::Handler,
+                crate::app::api::Service::Stats
+            ]
+        );
+        assert!(
+            d.take().iter().any(|w| w.contains("api.services[2]")),
+            "an unknown service warns with its path"
+        );
+        assert_eq!(
+            load(json!({"api": {"services": []}})).err().unwrap().path,
+            "api.tag"
+        );
+        assert_eq!(
+            load(json!({"api": {"tag": "api", "listen": "nowhere"}}))
+                .err()
+                .unwrap()
+                .path,
+            "api.listen"
+        );
+        let unix = load(json!({"api": {"tag": "api", "listen": "@ferry-api"}})).unwrap();
+        assert!(matches!(
+            unix.api.unwrap().listen,
+            Some(crate::app::api::ApiListen::Unix(_))
+        ));
+    }
+
+    #[test]
     fn log_metrics_and_api_as_panels_write_them() {
         let d = Diagnostics::default();
         let v = json!({
