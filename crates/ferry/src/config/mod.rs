@@ -311,6 +311,7 @@ pub fn parse_inbound(
             tag: &tag,
             diag,
             counters,
+            stream: &ss,
         },
     )?;
     settings.finish();
@@ -406,6 +407,7 @@ pub fn parse_outbound(
             diag,
             dialer,
             sockopt: ss.sockopt.clone(),
+            stream: &ss,
         },
     )?;
     settings.finish();

@@ -122,6 +122,8 @@ pub struct InboundBuild<'a> {
     pub diag: &'a Diagnostics,
     /// Gives users their counters when they are added.
     pub counters: &'a crate::registry::CounterSource,
+    /// The inbound's stream settings (what is under the protocol).
+    pub stream: &'a crate::transport::StreamSettings,
 }
 
 /// What an outbound builder gets besides its `settings` object.
@@ -133,6 +135,8 @@ pub struct OutboundBuild<'a> {
     pub dialer: Arc<dyn Dialer>,
     /// Socket options, with `sendThrough` as the bind address (freedom's own UDP socket).
     pub sockopt: crate::transport::tcp::SockOpts,
+    /// The outbound's stream settings (what is under the protocol).
+    pub stream: &'a crate::transport::StreamSettings,
 }
 
 pub type InboundBuilder =

@@ -72,6 +72,11 @@ pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + AsAny + 'static {
     fn write_direct(&self) -> bool {
         false
     }
+
+    /// This stream is the outer TLS of a connection, which XTLS Vision can drop mid-way.
+    fn outer_tls(&mut self) -> Option<&mut dyn tls::OuterTls> {
+        None
+    }
 }
 
 impl dyn Stream {

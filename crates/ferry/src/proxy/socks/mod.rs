@@ -225,6 +225,7 @@ mod tests {
                 tag: "t",
                 diag: &d,
                 counters: &Default::default(),
+                stream: &Default::default(),
             },
         )
         .map(|_| ())

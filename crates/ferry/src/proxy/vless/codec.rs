@@ -126,9 +126,29 @@ fn decode_flow(mut b: &[u8]) -> Result<String, Error> {
 
 /// Appends a request header (no addons: Xray writes them only for Vision).
 pub fn encode_request(uuid: &[u8; 16], cmd: u8, dest: Option<&Destination>, out: &mut Vec<u8>) {
+    encode_request_flow(uuid, "", cmd, dest, out)
+}
+
+/// Appends a request header whose addons carry `flow` (none when empty).
+pub fn encode_request_flow(
+    uuid: &[u8; 16],
+    flow: &str,
+    cmd: u8,
+    dest: Option<&Destination>,
+    out: &mut Vec<u8>,
+) {
     out.put_u8(VERSION);
     out.put_slice(uuid);
-    out.put_u8(0);
+    if flow.is_empty() {
+        out.put_u8(0);
+    } else {
+        // Addons { Flow (field 1, a string) }: short flows only, as Xray's.
+        let f = &flow.as_bytes()[..flow.len().min(0x7f)];
+        out.put_u8(2 + f.len() as u8);
+        out.put_u8(0x0a);
+        out.put_u8(f.len() as u8);
+        out.put_slice(f);
+    }
     out.put_u8(cmd);
     if let Some(d) = dest {
         v2ray::encode(d, out);

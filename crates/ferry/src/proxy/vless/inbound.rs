@@ -1,6 +1,9 @@
 //! VLESS server: reads the header, finds the user by UUID (bytes 6-7 ignored, as Xray), and
 //! says what to forward: TCP as a stream (spliced once the response went out), UDP as
-//! datagrams, Mux.Cool (and XUDP, its full-cone UDP) to the mux server. A bad header is logged and the connection closed (fallbacks: their issue).
+//! datagrams, Mux.Cool (and XUDP, its full-cone UDP) to the mux server; with XTLS Vision
+//! (`flow` in the request and on the user, as Xray checks them) TCP and Mux go through a
+//! [`VisionStream`]. What is not VLESS goes to the fallbacks; a bad header is logged and the
+//! connection closed.
 
 use std::io;
 use std::sync::Arc;
@@ -10,7 +13,8 @@ use tokio::time::{timeout_at, Instant};
 
 use super::codec::{self, CMD_MUX, CMD_RVS, CMD_TCP, CMD_UDP};
 use super::outbound::Datagrams;
-use super::{parse_client, Account};
+use super::vision::{self, VisionStream};
+use super::{parse_client, Account, ClientDefaults, Flow};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
@@ -29,6 +33,8 @@ pub struct Inbound {
     users: Users<Account>,
     counters: CounterSource,
     fallbacks: Option<Arc<Fallbacks>>,
+    /// For users added later.
+    defaults: ClientDefaults,
 }
 
 impl Inbound {
@@ -36,11 +42,13 @@ impl Inbound {
         accounts: Vec<Account>,
         counters: CounterSource,
         fallbacks: Option<Arc<Fallbacks>>,
+        defaults: ClientDefaults,
     ) -> Self {
         Inbound {
             users: Users::new(accounts),
             counters,
             fallbacks,
+            defaults,
         }
     }
 }
@@ -108,15 +116,34 @@ impl InboundHandler for Inbound {
             );
             return Ok(Accepted::Done);
         };
-        if !req.flow.is_empty() {
-            tracing::warn!(
-                "[{}] vless from {} ({}): flow {:?} is not supported yet",
-                ctx.tag,
-                ctx.info.source,
-                acct.user.email,
-                req.flow
-            );
-            return Ok(Accepted::Done);
+        let vision = match check_flow(&req, acct, &mut r) {
+            Ok(v) => v,
+            Err(why) => {
+                tracing::warn!(
+                    "[{}] vless from {} ({}): {why}",
+                    ctx.tag,
+                    ctx.info.source,
+                    acct.user.email
+                );
+                return Ok(Accepted::Done);
+            }
+        };
+        match (vision, req.cmd, &req.dest) {
+            (true, CMD_TCP, Some(dest)) => {
+                let mut session = ctx.session(dest.clone(), Network::Tcp, "vless");
+                session.user = Some(acct.user.clone());
+                let pre = r.buf.to_vec();
+                let s = VisionStream::server(r.stream, pre, req.uuid, acct.seeds);
+                return Ok(Accepted::Stream(session, Box::new(s)));
+            }
+            (true, CMD_MUX, _) => {
+                let mut session = ctx.session(mux_cool(), Network::Tcp, "vless");
+                session.user = Some(acct.user.clone());
+                let pre = r.buf.to_vec();
+                let s = VisionStream::server(r.stream, pre, req.uuid, acct.seeds);
+                return Ok(Accepted::Mux(session, Box::new(s)));
+            }
+            _ => {}
         }
         let (network, dest) = match (req.cmd, req.dest) {
             (CMD_TCP, Some(d)) => (Network::Tcp, d),
@@ -153,11 +180,61 @@ impl InboundHandler for Inbound {
     }
 }
 
+/// Whether this request runs XTLS Vision, or why it is refused (as Xray's inbound decides).
+fn check_flow(
+    req: &codec::Request,
+    acct: &Account,
+    r: &mut HeadReader,
+) -> std::result::Result<bool, String> {
+    match req.flow.as_str() {
+        vision::FLOW if acct.flow == Flow::Vision => {
+            if req.cmd == CMD_UDP {
+                return Err(format!("{} doesn't support UDP", vision::FLOW));
+            }
+            match r.stream.outer_tls() {
+                Some(t) if t.is_tls13() => Ok(true),
+                Some(_) => Err(format!(
+                    "failed to use {}: the outer TLS is not TLS 1.3",
+                    vision::FLOW
+                )),
+                None => Err("XTLS only supports TLS directly under VLESS".into()),
+            }
+        }
+        vision::FLOW => Err(format!(
+            "account {} is not able to use the flow {}",
+            crate::common::uuid::format(&acct.uuid),
+            vision::FLOW
+        )),
+        "" => {
+            if acct.flow == Flow::Vision
+                && (req.cmd == CMD_TCP || (req.cmd == CMD_MUX && mux_not_xudp(&r.buf)))
+            {
+                return Err(format!(
+                    "account {} is rejected since the client flow is empty (plain TLS \
+                     proxying shows TLS in TLS)",
+                    crate::common::uuid::format(&acct.uuid)
+                ));
+            }
+            Ok(false)
+        }
+        f => Err(format!("unknown request flow {f:?}")),
+    }
+}
+
+/// A Mux.Cool connection whose first frame is not a new XUDP session (Xray's
+/// `isMuxAndNotXUDP`: session id 0 and network UDP).
+fn mux_not_xudp(first: &[u8]) -> bool {
+    if first.len() < 7 {
+        return true;
+    }
+    !(first[2] == 0 && first[3] == 0 && first[6] == 2)
+}
+
 impl UserManager for Inbound {
     fn add_user(&self, v: &serde_json::Value) -> Result<User> {
         let diag = Diagnostics::default();
         let c = Obj::new(v, "user", &diag)?;
-        let a = parse_client(&c, &self.counters)?;
+        let a = parse_client(&c, &self.counters, &self.defaults)?;
         c.finish();
         self.users
             .add_user(a)

@@ -6,6 +6,7 @@
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
+pub mod vision;
 
 use std::sync::Arc;
 
@@ -15,6 +16,23 @@ use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::session::User;
 
+/// `flow` of a user: plain VLESS or XTLS Vision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Flow {
+    #[default]
+    None,
+    /// `xtls-rprx-vision`.
+    Vision,
+    /// `xtls-rprx-vision-udp443` (outbound only): Vision that lets UDP to port 443 through.
+    VisionUdp443,
+}
+
+impl Flow {
+    pub fn is_vision(self) -> bool {
+        self != Flow::None
+    }
+}
+
 /// One user of an inbound.
 #[derive(Clone, Debug)]
 pub struct Account {
@@ -22,6 +40,9 @@ pub struct Account {
     /// `uuid` with bytes 6 and 7 zeroed (how Xray looks users up).
     pub key: [u8; 16],
     pub user: User,
+    pub flow: Flow,
+    /// Vision's padding seeds (`testseed`).
+    pub seeds: [u32; 4],
 }
 
 impl crate::registry::UserEntry for Account {
@@ -38,25 +59,92 @@ fn parse_uuid(o: &Obj<'_>) -> Result<[u8; 16]> {
     parse_id(&id).map_err(|e| ConfigError::new(o.key_path("id"), e))
 }
 
-/// A flow other than none is XTLS Vision, which has its own issue.
-fn check_flow(o: &Obj<'_>) -> Result<()> {
+/// Reads `flow` ("" when absent); `udp443` allows the outbound-only variant.
+fn parse_flow(o: &Obj<'_>, udp443: bool) -> Result<Option<Flow>> {
     match o.str("flow")?.unwrap_or_default().as_str() {
-        "" | "none" => Ok(()),
-        f @ ("xtls-rprx-vision" | "xtls-rprx-vision-udp443") => Err(ConfigError::new(
-            o.key_path("flow"),
-            format!("flow {f:?} (XTLS Vision) is not supported yet"),
-        )),
+        "" => Ok(None),
+        "none" => Ok(Some(Flow::None)),
+        vision::FLOW => Ok(Some(Flow::Vision)),
+        vision::FLOW_UDP443 if udp443 => Ok(Some(Flow::VisionUdp443)),
         f => Err(ConfigError::new(
             o.key_path("flow"),
-            format!("unknown flow {f:?}"),
+            format!(
+                "{f:?} is not a VLESS flow (\"xtls-rprx-vision\"{})",
+                match udp443 {
+                    true => " or \"xtls-rprx-vision-udp443\"",
+                    false => "",
+                }
+            ),
         )),
     }
 }
 
+/// Reads `testseed` (Vision's padding seeds): four numbers, or fewer for the default.
+fn parse_seeds(o: &Obj<'_>) -> Result<Option<[u32; 4]>> {
+    let Some((path, v)) = o.get("testseed") else {
+        return Ok(None);
+    };
+    let Some(a) = v.as_array() else {
+        return Err(ConfigError::new(path, "must be an array of numbers"));
+    };
+    let mut n = Vec::new();
+    for (i, x) in a.iter().enumerate() {
+        match x.as_u64().and_then(|x| u32::try_from(x).ok()) {
+            Some(x) => n.push(x),
+            None => {
+                return Err(ConfigError::new(
+                    format!("{path}[{i}]"),
+                    "must be a number below 2^32",
+                ))
+            }
+        }
+    }
+    if n.len() < 4 {
+        return Ok(None);
+    }
+    Ok(Some([n[0], n[1], n[2], n[3]]))
+}
+
+/// Vision needs TLS right under VLESS.
+fn check_vision_stream(o: &Obj<'_>, flow: Flow, tls: bool) -> Result<()> {
+    if flow.is_vision() && !tls {
+        return Err(ConfigError::new(
+            o.key_path("flow"),
+            "XTLS Vision needs streamSettings.security \"tls\" (or \"reality\") under VLESS",
+        ));
+    }
+    Ok(())
+}
+
+/// What an inbound's `settings` give every client that does not say otherwise.
+#[derive(Clone, Debug)]
+pub struct ClientDefaults {
+    pub flow: Flow,
+    pub seeds: [u32; 4],
+    /// The inbound's stream is TLS (Vision's condition).
+    pub tls: bool,
+}
+
+impl Default for ClientDefaults {
+    fn default() -> Self {
+        ClientDefaults {
+            flow: Flow::None,
+            seeds: vision::DEFAULT_SEEDS,
+            tls: false,
+        }
+    }
+}
+
 /// Reads one entry of an inbound's `clients` (the API's AddUser gives the same shape).
-pub fn parse_client(c: &Obj<'_>, counters: &crate::registry::CounterSource) -> Result<Account> {
+pub fn parse_client(
+    c: &Obj<'_>,
+    counters: &crate::registry::CounterSource,
+    defaults: &ClientDefaults,
+) -> Result<Account> {
     let uuid = parse_uuid(c)?;
-    check_flow(c)?;
+    let flow = parse_flow(c, false)?.unwrap_or(defaults.flow);
+    check_vision_stream(c, flow, defaults.tls)?;
+    let seeds = parse_seeds(c)?.unwrap_or(defaults.seeds);
     let email = c.str("email")?.unwrap_or_default();
     let level = c.u64("level")?.unwrap_or(0) as u32;
     c.ignore(&["encryption", "reverse"]);
@@ -64,6 +152,8 @@ pub fn parse_client(c: &Obj<'_>, counters: &crate::registry::CounterSource) -> R
         uuid,
         key: codec::lookup_key(&uuid),
         user: counters.user(&email, level),
+        flow,
+        seeds,
     })
 }
 
@@ -80,15 +170,22 @@ fn check_decryption(o: &Obj<'_>, key: &str) -> Result<()> {
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
     check_decryption(o, "decryption")?;
     let fallbacks = crate::proxy::fallback::Fallbacks::parse(o)?;
+    let tls = !matches!(b.stream.security, crate::transport::chain::Security::None);
+    let defaults = ClientDefaults {
+        flow: parse_flow(o, false)?.unwrap_or_default(),
+        seeds: parse_seeds(o)?.unwrap_or(vision::DEFAULT_SEEDS),
+        tls,
+    };
     let mut accounts = Vec::new();
     for c in o.objs(&["clients"])? {
-        accounts.push(parse_client(&c, b.counters)?);
+        accounts.push(parse_client(&c, b.counters, &defaults)?);
         c.finish();
     }
     Ok(Arc::new(inbound::Inbound::new(
         accounts,
         b.counters.clone(),
         fallbacks,
+        defaults,
     )))
 }
 
@@ -97,23 +194,28 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
 pub struct Server {
     pub dest: Destination,
     pub uuid: [u8; 16],
+    pub flow: Flow,
+    pub seeds: [u32; 4],
 }
 
 /// Reads `vnext: [{address, port, users: [{id, encryption, flow}]}]` or Xray's flat form
-/// (`address`, `port`, `id` directly in `settings`).
-pub fn parse_server(o: &Obj<'_>) -> Result<Server> {
+/// (`address`, `port`, `id` directly in `settings`); `tls`: the outbound's stream is TLS.
+pub fn parse_server(o: &Obj<'_>, tls: bool) -> Result<Server> {
     let vnext = o.objs(&["vnext"])?;
     if vnext.is_empty() && o.has("address") {
         let addr = o.req_str("address")?;
         let port = o
             .port("port")?
             .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
-        check_flow(o)?;
+        let flow = parse_flow(o, true)?.unwrap_or_default();
+        check_vision_stream(o, flow, tls)?;
         check_decryption(o, "encryption")?;
         o.ignore(&["level", "email"]);
         return Ok(Server {
             dest: Destination::new(Address::parse(&addr), port),
             uuid: parse_uuid(o)?,
+            flow,
+            seeds: parse_seeds(o)?.unwrap_or(vision::DEFAULT_SEEDS),
         });
     }
     if vnext.len() != 1 {
@@ -131,7 +233,9 @@ pub fn parse_server(o: &Obj<'_>) -> Result<Server> {
     let Some(u) = users.first() else {
         return Err(ConfigError::new(s.key_path("users"), "needs one user"));
     };
-    check_flow(u)?;
+    let flow = parse_flow(u, true)?.unwrap_or_default();
+    check_vision_stream(u, flow, tls)?;
+    let seeds = parse_seeds(u)?.unwrap_or(vision::DEFAULT_SEEDS);
     check_decryption(u, "encryption")?;
     u.ignore(&["level", "email"]);
     let uuid = parse_uuid(u)?;
@@ -142,11 +246,17 @@ pub fn parse_server(o: &Obj<'_>) -> Result<Server> {
     for v in vnext {
         v.finish();
     }
-    Ok(Server { dest, uuid })
+    Ok(Server {
+        dest,
+        uuid,
+        flow,
+        seeds,
+    })
 }
 
 pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
-    let server = parse_server(o)?;
+    let tls = !matches!(b.stream.security, crate::transport::chain::Security::None);
+    let server = parse_server(o, tls)?;
     Ok(Arc::new(outbound::Outbound {
         server,
         dialer: b.dialer.clone(),
@@ -165,13 +275,13 @@ mod tests {
         let d = Diagnostics::default();
         let v = json!({"vnext": [{"address": "a.example", "port": 443,
             "users": [{"id": "example", "encryption": "none"}]}]});
-        let s = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
+        let s = parse_server(&Obj::new(&v, "s", &d).unwrap(), false).unwrap();
         assert_eq!(s.dest.to_string(), "a.example:443");
         // Every field of the server and its user was read: no "unknown field" warning.
         assert_eq!(d.take(), Vec::<String>::new());
         let v = json!({"vnext": [{"address": "a.example", "port": 443, "extra": 1,
             "users": [{"id": "example", "encryption": "none"}]}]});
-        parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
+        parse_server(&Obj::new(&v, "s", &d).unwrap(), false).unwrap();
         let w = d.take();
         assert!(w.len() == 1 && w[0].contains("s.vnext[0].extra"), "{w:?}");
         assert_eq!(
@@ -179,13 +289,44 @@ mod tests {
             "feb54431-301b-52bb-a6dd-e1e93e81bb9e"
         );
         let v = json!({"address": "1.2.3.4", "port": 8443, "id": "2418d087-648d-4990-86e8-19dca1d006d3"});
-        let s = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap();
+        let s = parse_server(&Obj::new(&v, "s", &d).unwrap(), false).unwrap();
         assert_eq!(s.dest.to_string(), "1.2.3.4:8443");
+        // Vision needs TLS under it; the udp443 variant is an outbound flow; others are not.
         let v = json!({"address": "1.2.3.4", "port": 1, "id": "x", "flow": "xtls-rprx-vision"});
-        let e = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap_err();
+        let e = parse_server(&Obj::new(&v, "s", &d).unwrap(), false).unwrap_err();
         assert_eq!(e.path, "s.flow");
+        assert!(e.to_string().contains("security"), "{e}");
+        let s = parse_server(&Obj::new(&v, "s", &d).unwrap(), true).unwrap();
+        assert_eq!(s.flow, Flow::Vision);
+        let v = json!({"vnext": [{"address": "a", "port": 1, "users": [{"id": "x",
+            "flow": "xtls-rprx-vision-udp443", "testseed": [1, 2, 3, 4]}]}]});
+        let s = parse_server(&Obj::new(&v, "s", &d).unwrap(), true).unwrap();
+        assert_eq!((s.flow, s.seeds), (Flow::VisionUdp443, [1, 2, 3, 4]));
+        let v = json!({"address": "1.2.3.4", "port": 1, "id": "x", "flow": "xtls-rprx-direct"});
+        let e = parse_server(&Obj::new(&v, "s", &d).unwrap(), true).unwrap_err();
+        assert_eq!(e.path, "s.flow");
+        // Inbound clients take the settings' flow; the udp443 variant is refused there.
+        let counters = crate::registry::CounterSource::default();
+        let defaults = ClientDefaults {
+            flow: Flow::Vision,
+            tls: true,
+            ..Default::default()
+        };
+        let c = json!({"id": "x"});
+        let a = parse_client(&Obj::new(&c, "c", &d).unwrap(), &counters, &defaults).unwrap();
+        assert_eq!(a.flow, Flow::Vision);
+        let c = json!({"id": "x", "flow": "xtls-rprx-vision-udp443"});
+        let e = parse_client(&Obj::new(&c, "c", &d).unwrap(), &counters, &defaults).unwrap_err();
+        assert_eq!(e.path, "c.flow");
+        let no_tls = ClientDefaults::default();
+        let c = json!({"id": "x", "flow": "xtls-rprx-vision"});
+        let e = parse_client(&Obj::new(&c, "c", &d).unwrap(), &counters, &no_tls).unwrap_err();
+        assert_eq!(e.path, "c.flow");
+        let c = json!({"id": "x", "testseed": [1, "a"]});
+        let e = parse_client(&Obj::new(&c, "c", &d).unwrap(), &counters, &no_tls).unwrap_err();
+        assert_eq!(e.path, "c.testseed[1]");
         let v = json!({"address": "1.2.3.4", "port": 1, "id": "x", "encryption": "mlkem768"});
-        let e = parse_server(&Obj::new(&v, "s", &d).unwrap()).unwrap_err();
+        let e = parse_server(&Obj::new(&v, "s", &d).unwrap(), false).unwrap_err();
         assert_eq!(e.path, "s.encryption");
     }
 }

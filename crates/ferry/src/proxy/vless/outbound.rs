@@ -1,6 +1,8 @@
 //! VLESS client: the request header leaves with the first payload; UDP datagrams are framed
 //! with a two-byte length, or go as XUDP (full-cone, Xray's default) over a Mux connection;
-//! `v1.mux.cool` opens a Mux connection (the `mux` object's pool dials it).
+//! `v1.mux.cool` opens a Mux connection (the `mux` object's pool dials it). With XTLS Vision
+//! the connection is a [`VisionStream`] and UDP always goes as XUDP (UDP to port 443 only with
+//! `xtls-rprx-vision-udp443`, as Xray).
 
 use std::io;
 use std::sync::Arc;
@@ -10,7 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::Mutex;
 
 use super::codec;
-use super::Server;
+use super::vision::{self, VisionStream};
+use super::{Flow, Server};
 use crate::common::Destination;
 use crate::proxy::headed::ClientStream;
 use crate::proxy::mux;
@@ -30,11 +33,34 @@ pub struct Outbound {
 
 impl Outbound {
     /// A connection with the request header for `dest` (none for Mux).
-    async fn open(&self, cmd: u8, dest: Option<&Destination>) -> io::Result<ClientStream> {
-        let inner = self.dialer.dial_tcp(&self.server.dest).await?;
+    async fn open(&self, cmd: u8, dest: Option<&Destination>) -> io::Result<BoxStream> {
+        let mut inner = self.dialer.dial_tcp(&self.server.dest).await?;
         let mut header = Vec::with_capacity(64);
+        if self.server.flow.is_vision() {
+            match inner.outer_tls() {
+                Some(t) if t.is_tls13() => {}
+                Some(_) => {
+                    return Err(io::Error::other(format!(
+                        "failed to use {}: the outer TLS is not TLS 1.3",
+                        vision::FLOW
+                    )))
+                }
+                None => {
+                    return Err(io::Error::other(
+                        "XTLS only supports TLS directly under VLESS",
+                    ))
+                }
+            }
+            codec::encode_request_flow(&self.server.uuid, vision::FLOW, cmd, dest, &mut header);
+            let s = VisionStream::client(inner, header, self.server.uuid, self.server.seeds);
+            return Ok(Box::new(s));
+        }
         codec::encode_request(&self.server.uuid, cmd, dest, &mut header);
-        Ok(ClientStream::new(inner, header, Some(check_response)))
+        Ok(Box::new(ClientStream::new(
+            inner,
+            header,
+            Some(check_response),
+        )))
     }
 }
 
@@ -42,18 +68,29 @@ impl Outbound {
 impl OutboundHandler for Outbound {
     async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
         if mux::is_mux_cool(dest) {
-            return Ok(Box::new(self.open(codec::CMD_MUX, None).await?));
+            return self.open(codec::CMD_MUX, None).await;
         }
-        Ok(Box::new(self.open(codec::CMD_TCP, Some(dest)).await?))
+        self.open(codec::CMD_TCP, Some(dest)).await
     }
 
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        match self.server.flow {
+            Flow::Vision if dest.port == 443 => {
+                return Err(io::Error::other("XTLS rejected UDP/443 traffic"));
+            }
+            // Vision carries UDP as XUDP over Mux.Cool, whatever the port.
+            Flow::Vision | Flow::VisionUdp443 => {
+                let s = self.open(codec::CMD_MUX, None).await?;
+                return mux::client::xudp(s, dest);
+            }
+            Flow::None => {}
+        }
         if self.cone && mux::xudp_port(dest.port) {
             let s = self.open(codec::CMD_MUX, None).await?;
-            return mux::client::xudp(Box::new(s), dest);
+            return mux::client::xudp(s, dest);
         }
         let s = self.open(codec::CMD_UDP, Some(dest)).await?;
-        Ok(Box::new(Datagrams::new(Box::new(s), dest.clone())))
+        Ok(Box::new(Datagrams::new(s, dest.clone())))
     }
 }
 

@@ -290,6 +290,7 @@ mod tests {
             tag: "t",
             diag: &diag,
             sockopt: Default::default(),
+            stream: &Default::default(),
             dialer: std::sync::Arc::new(crate::transport::SocketDialer {
                 opts: Default::default(),
             }),

@@ -21,6 +21,7 @@ use std::task::{ready, Context, Poll};
 use rustls::{ConnectionCommon, SideData};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::OuterTls;
 use crate::relay::pool;
 use crate::transport::{BoxStream, RawSocket, Stream};
 
@@ -59,6 +60,11 @@ pub struct TlsStream<C> {
     /// Server side: the first bytes are checked to look like TLS before rustls sees them.
     check_first: bool,
     close_sent: bool,
+    /// XTLS Vision reads: rustls gets one record at a time and a read returns after each.
+    one_record: bool,
+    /// XTLS Vision dropped TLS: reads / writes go to `io` as they are.
+    raw_read: bool,
+    raw_write: bool,
 }
 
 impl<C, D> TlsStream<C>
@@ -98,6 +104,9 @@ where
             eof: false,
             check_first: server,
             close_sent: false,
+            one_record: false,
+            raw_read: false,
+            raw_write: false,
         }
     }
 
@@ -147,7 +156,7 @@ where
             if !self.conn.is_handshaking() {
                 return Poll::Ready(Ok(()));
             }
-            if self.fed < self.len {
+            if self.feedable() {
                 self.feed(cx)?;
                 continue;
             }
@@ -161,9 +170,33 @@ where
         }
     }
 
-    /// Hands rustls the next piece of `rx` and processes it; errors leave rustls's alert
-    /// queued (sent if the socket takes it at once).
+    /// Whether `rx` holds bytes to hand rustls: any, or in one-record mode a whole record.
+    fn feedable(&self) -> bool {
+        if self.fed >= self.len {
+            return false;
+        }
+        if !self.one_record {
+            return true;
+        }
+        self.next_record_end().is_some()
+    }
+
+    /// The end of the first record not yet processed (at `rec`; part of it may have been
+    /// handed over before one-record mode began), if it is all there.
+    fn next_record_end(&self) -> Option<usize> {
+        let rx = self.rx.as_deref()?;
+        let h = rx.get(self.rec..self.rec + 5)?;
+        let end = self.rec + 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
+        (end <= self.len && end > self.fed).then_some(end)
+    }
+
+    /// Hands rustls the next piece of `rx` (one record in one-record mode) and processes it;
+    /// errors leave rustls's alert queued (sent if the socket takes it at once).
     fn feed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let end = match self.one_record {
+            true => self.next_record_end().unwrap_or(self.len),
+            false => self.len,
+        };
         let rx = self.rx.as_deref().expect("data in rx");
         if self.check_first {
             // A TLS client starts with a handshake record (22) of a 3.x version.
@@ -172,7 +205,7 @@ where
             }
             self.check_first = false;
         }
-        let n = self.conn.read_tls(&mut &rx[self.fed..self.len])?;
+        let n = self.conn.read_tls(&mut &rx[self.fed..end])?;
         self.fed += n;
         if let Err(e) = self.conn.process_new_packets() {
             // Best effort: tell the peer why (the alert rustls queued).
@@ -270,6 +303,32 @@ where
         Poll::Ready(Ok(()))
     }
 
+    /// After [`OuterTls::read_raw`]: reads the stream under TLS as it is.
+    fn poll_read_raw(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.direct_read {
+            return Pin::new(&mut self.io).poll_read(cx, buf);
+        }
+        loop {
+            let Some(sock) = self.io.socket() else {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            };
+            ready!(sock.poll_read_ready(cx))?;
+            match sock.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
     fn release_idle(&mut self) {
         if self.len == 0 {
             if let Some(b) = self.rx.take() {
@@ -322,6 +381,9 @@ where
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        if me.raw_read {
+            return me.poll_read_raw(cx, buf);
+        }
         let start = buf.filled().len();
         loop {
             // Plaintext first; keep going while more is already here and there is room.
@@ -329,7 +391,7 @@ where
                 Ok(0) if buf.remaining() > 0 => return Poll::Ready(Ok(())), // close_notify
                 Ok(n) => {
                     buf.advance(n);
-                    if buf.remaining() == 0 || me.fed == me.len {
+                    if buf.remaining() == 0 || me.fed == me.len || me.one_record {
                         return Poll::Ready(Ok(()));
                     }
                 }
@@ -341,7 +403,7 @@ where
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             }
-            if me.fed < me.len {
+            if me.feedable() {
                 me.feed(cx)?;
                 // Records rustls answers (key updates, tickets) go out when the socket takes them.
                 if me.conn.wants_write() {
@@ -388,6 +450,9 @@ where
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
+        if me.raw_write {
+            return Pin::new(&mut me.io).poll_write(cx, buf);
+        }
         let mut done = 0;
         loop {
             if done < buf.len() {
@@ -410,6 +475,9 @@ where
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
+        if me.raw_write {
+            return Pin::new(&mut me.io).poll_write_vectored(cx, bufs);
+        }
         // Accept only what fits at once, so no slice is half taken twice.
         let n = me.conn.writer().write_vectored(bufs)?;
         match me.poll_flush_tls(cx) {
@@ -436,7 +504,7 @@ where
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        if !me.close_sent {
+        if !me.close_sent && !me.raw_write {
             me.conn.send_close_notify();
             me.close_sent = true;
         }
@@ -452,6 +520,48 @@ where
 {
     fn socket(&self) -> Option<RawSocket<'_>> {
         self.io.socket()
+    }
+    fn outer_tls(&mut self) -> Option<&mut dyn OuterTls> {
+        Some(self)
+    }
+}
+
+impl<C, D> OuterTls for TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    fn is_tls13(&self) -> bool {
+        self.conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3)
+    }
+
+    fn set_record_at_a_time(&mut self) {
+        self.one_record = true;
+    }
+
+    fn decrypted(&mut self) -> io::Result<Vec<u8>> {
+        self.take_plaintext()
+    }
+
+    fn read_raw(&mut self) -> io::Result<Vec<u8>> {
+        if self.fed != self.rec {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "part of a TLS record was handed to rustls: the bytes after it are not known",
+            ));
+        }
+        let mut out = self.take_plaintext()?;
+        if let Some(b) = self.rx.take() {
+            out.extend_from_slice(&b[self.rec..self.len]);
+            pool::put(b);
+        }
+        (self.len, self.fed, self.rec) = (0, 0, 0);
+        self.raw_read = true;
+        Ok(out)
+    }
+
+    fn write_raw(&mut self) {
+        self.raw_write = true;
     }
 }
 
