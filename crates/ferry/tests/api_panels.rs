@@ -1,7 +1,7 @@
 //! Ferry's gRPC API driven by the panels' own client libraries from the registries
 //! (`../shared/specs/api.md` §6, §10): Hiddify's `xtlsapi` (Python, grpcio) and Remnawave's
 //! `@remnawave/xtls-sdk` (Node, nice-grpc), installed by `scripts/peers.sh api-clients`. Each
-//! script adds users of VMess, VLESS, Trojan and Shadowsocks inbounds, pushes traffic as them
+//! script adds users of VMess, VLESS, Trojan and Shadowsocks (and 2022) inbounds, pushes traffic as them
 //! through a Ferry client, reads the counters as the panel does, and removes them; the xtlsapi
 //! one then adds and removes 1,000 users while another user's transfer runs.
 
@@ -14,6 +14,9 @@ use serde_json::json;
 
 const VM: &str = "6fd4b5a2-0c3e-4a8e-9d6c-1b2a3c4d5e6f";
 const VL: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+/// Shadowsocks 2022 keys (16 bytes, base64): the server's identity PSK and a user's.
+const SS22_SERVER: &str = "MTIzNDU2Nzg5MDEyMzQ1Ng==";
+const SS22_USER: &str = "YWJjZGVmZ2hpamtsbW5vcA==";
 
 /// A server with empty VMess, VLESS, Trojan and Shadowsocks inbounds and the API (through the
 /// older form: a tunnel inbound routed to `api.tag`, as Remnawave and 3x-ui configure it), and
@@ -21,7 +24,7 @@ const VL: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 fn setup() -> (u16, serde_json::Value, Proc, Proc) {
     let echo = echo_server();
     let api = free_port();
-    let ports: Vec<u16> = (0..8).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..10).map(|_| free_port()).collect();
     let (svm, svl, str_, sss) = (ports[0], ports[1], ports[2], ports[3]);
     let inbound = |tag: &str, port: u16, protocol: &str, settings: serde_json::Value| json!({"tag": tag, "listen": "127.0.0.1", "port": port, "protocol": protocol, "settings": settings});
     let server = ferry(
@@ -37,12 +40,16 @@ fn setup() -> (u16, serde_json::Value, Proc, Proc) {
                 inbound("vl", svl, "vless", json!({"clients": [], "decryption": "none"})),
                 inbound("tr", str_, "trojan", json!({"clients": []})),
                 inbound("ss", sss, "shadowsocks", json!({"clients": []})),
+                // A 2022 inbound takes users only when configured with some (in Xray too: with no
+                // clients it is a single-key server, no user manager).
+                inbound("s22", ports[8], "shadowsocks", json!({"method": "2022-blake3-aes-128-gcm", "password": SS22_SERVER,
+                    "clients": [{"password": "cXFxcXFxcXFxcXFxcXFxcQ==", "email": "first@x"}]})),
             ],
             "outbounds": [{"tag": "direct", "protocol": "freedom"}],
             "routing": {"rules": [{"inboundTag": ["api-in"], "outboundTag": "api"}]}
         })
         .to_string(),
-        &[api, svm, svl, str_, sss],
+        &[api, svm, svl, str_, sss, ports[8]],
     );
     let (cvm, cvl, ctr, css) = (ports[4], ports[5], ports[6], ports[7]);
     let entry = |tag: &str, port: u16| {
@@ -53,21 +60,23 @@ fn setup() -> (u16, serde_json::Value, Proc, Proc) {
     let rule = |t: &str| json!({"inboundTag": [t], "outboundTag": t});
     let client = ferry(
         &json!({
-            "inbounds": [entry("vm", cvm), entry("vl", cvl), entry("tr", ctr), entry("ss", css)],
+            "inbounds": [entry("vm", cvm), entry("vl", cvl), entry("tr", ctr), entry("ss", css), entry("s22", ports[9])],
             "outbounds": [
                 out("vm", "vmess", json!({"address": "127.0.0.1", "port": svm, "id": VM, "security": "aes-128-gcm"})),
                 out("vl", "vless", json!({"address": "127.0.0.1", "port": svl, "id": VL, "encryption": "none"})),
                 out("tr", "trojan", json!({"address": "127.0.0.1", "port": str_, "password": "trojan-pw"})),
                 out("ss", "shadowsocks", json!({"address": "127.0.0.1", "port": sss, "method": "aes-128-gcm", "password": "ss-pw"})),
+                out("s22", "shadowsocks", json!({"address": "127.0.0.1", "port": ports[8], "method": "2022-blake3-aes-128-gcm",
+                                                  "password": format!("{SS22_SERVER}:{SS22_USER}")})),
             ],
-            "routing": {"rules": [rule("vm"), rule("vl"), rule("tr"), rule("ss")]}
+            "routing": {"rules": [rule("vm"), rule("vl"), rule("tr"), rule("ss"), rule("s22")]}
         })
         .to_string(),
-        &[cvm, cvl, ctr, css],
+        &[cvm, cvl, ctr, css, ports[9]],
     );
     (
         api,
-        json!({"vm": cvm, "vl": cvl, "tr": ctr, "ss": css}),
+        json!({"vm": cvm, "vl": cvl, "tr": ctr, "ss": css, "s22": ports[9]}),
         server,
         client,
     )

@@ -1,5 +1,5 @@
 // Drives Ferry's API with Remnawave's client library (@remnawave/xtls-sdk 0.8.0, nice-grpc) as
-// Remnawave's node does: users added (VLESS, Trojan, Shadowsocks), listed and counted, traffic
+// Remnawave's node does: users added (VLESS, Trojan, Shadowsocks, Shadowsocks 2022), listed and counted, traffic
 // read per user and for all users with reset, online status, system stats, users removed.
 // Exits non-zero (with the reason) on any mismatch.
 //
@@ -38,6 +38,8 @@ function echo(port, data, timeoutMs = 5000) {
   if (!r.isOk || !r.data.isAdded) fail('addTrojanUser: ' + JSON.stringify(r));
   r = await h.addShadowsocksUser({ tag: 'ss', username: 'rw-ss', password: 'ss-pw', cipherType: 5, ivCheck: false, level: 0 });
   if (!r.isOk || !r.data.isAdded) fail('addShadowsocksUser: ' + JSON.stringify(r));
+  r = await h.addShadowsocks2022User({ tag: 's22', username: 'rw-22', key: 'YWJjZGVmZ2hpamtsbW5vcA==', level: 0 });
+  if (!r.isOk || !r.data.isAdded) fail('addShadowsocks2022User: ' + JSON.stringify(r));
   // Again: Xray's "already exists" text makes the SDK answer "not added".
   r = await h.addVlessUser({ tag: 'vl', username: 'rw-vl', uuid: '0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4e', flow: '', level: 0 });
   if (r.isOk && r.data.isAdded) fail('a duplicate user was added: ' + JSON.stringify(r));
@@ -48,6 +50,10 @@ function echo(port, data, timeoutMs = 5000) {
       || users.data.users[0].vless.id !== '0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d') {
     fail('getInboundUsers: ' + JSON.stringify(users));
   }
+  const u22 = await h.getInboundUsers('s22');
+  if (!u22.isOk || u22.data.users.length !== 2 || u22.data.users.some((u) => u.protocol !== 'shadowsocks2022')) {
+    fail('getInboundUsers (2022): ' + JSON.stringify(u22));
+  }
   const count = await h.getInboundUsersCount('tr');
   if (!count.isOk || count.data !== 1) fail('getInboundUsersCount: ' + JSON.stringify(count));
 
@@ -55,7 +61,7 @@ function echo(port, data, timeoutMs = 5000) {
   if (!off.isOk || off.data.online) fail('online before any connection: ' + JSON.stringify(off));
 
   const data = Buffer.alloc(40000, 7);
-  for (const tag of ['vl', 'tr', 'ss']) {
+  for (const tag of ['vl', 'tr', 'ss', 's22']) {
     const got = await echo(PORTS[tag], data);
     if (!got || !got.equals(data)) fail('no echo through ' + tag);
   }
@@ -65,7 +71,7 @@ function echo(port, data, timeoutMs = 5000) {
   }
   const all = await api.stats.getAllUsersStats(true);
   const names = all.isOk ? all.data.users.map((u) => u.username).sort() : [];
-  if (JSON.stringify(names) !== JSON.stringify(['rw-ss', 'rw-tr', 'rw-vl'])) fail('getAllUsersStats: ' + JSON.stringify(all));
+  if (JSON.stringify(names) !== JSON.stringify(['rw-22', 'rw-ss', 'rw-tr', 'rw-vl'])) fail('getAllUsersStats: ' + JSON.stringify(all));
   const again = await api.stats.getUserStats('rw-ss');
   if (!again.isOk || (again.data.user && (again.data.user.uplink || again.data.user.downlink))) {
     fail('reset did not zero: ' + JSON.stringify(again));
