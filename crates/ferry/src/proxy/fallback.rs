@@ -257,11 +257,15 @@ pub async fn first_read(
 /// it (the stream replays every byte read), or `Done` (logged) when there is none.
 pub fn divert(
     fallbacks: Option<&Fallbacks>,
-    r: crate::proxy::head::HeadReader,
+    mut r: crate::proxy::head::HeadReader,
     ctx: &crate::proxy::InboundCtx,
     protocol: &str,
     why: &dyn std::fmt::Display,
 ) -> crate::proxy::Accepted {
+    if let Some(tls) = r.stream.outer_tls() {
+        // The VLESS inbound read its first record alone (Vision's care): whole reads again.
+        tls.set_record_at_a_time(false);
+    }
     let chosen = fallbacks.and_then(|f| {
         f.select(
             ctx.info.sni.as_deref().unwrap_or(""),

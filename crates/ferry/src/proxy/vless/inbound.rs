@@ -57,6 +57,12 @@ impl Inbound {
 impl InboundHandler for Inbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let mut stream = stream;
+        if let Some(tls) = stream.outer_tls() {
+            // Until the header says whether this is Vision, decrypt nothing past the record
+            // being read: a Vision client may write on the bare socket right after it.
+            tls.set_record_at_a_time(true);
+        }
         let mut r = HeadReader::new(stream, MAX_HEADER);
         let fbs = self.fallbacks.as_deref();
         if fbs.is_some() {
@@ -144,6 +150,9 @@ impl InboundHandler for Inbound {
                 return Ok(Accepted::Mux(session, Box::new(s)));
             }
             _ => {}
+        }
+        if let Some(tls) = r.stream.outer_tls() {
+            tls.set_record_at_a_time(false);
         }
         let (network, dest) = match (req.cmd, req.dest) {
             (CMD_TCP, Some(d)) => (Network::Tcp, d),

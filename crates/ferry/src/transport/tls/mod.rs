@@ -34,7 +34,7 @@ pub trait OuterTls: Send {
     fn is_tls13(&self) -> bool;
     /// Decrypt one record at a time, and return from a read once a record yielded plaintext
     /// (nothing past it is handed to rustls, so nothing of what follows is lost in it).
-    fn set_record_at_a_time(&mut self);
+    fn set_record_at_a_time(&mut self, on: bool);
     /// Takes the plaintext decrypted and not yet read (TLS goes on).
     fn decrypted(&mut self) -> io::Result<Vec<u8>>;
     /// Stops reading TLS: returns the plaintext decrypted and not yet read, followed by the

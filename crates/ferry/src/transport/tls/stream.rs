@@ -535,8 +535,8 @@ where
         self.conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3)
     }
 
-    fn set_record_at_a_time(&mut self) {
-        self.one_record = true;
+    fn set_record_at_a_time(&mut self, on: bool) {
+        self.one_record = on;
     }
 
     fn decrypted(&mut self) -> io::Result<Vec<u8>> {

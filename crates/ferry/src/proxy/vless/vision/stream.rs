@@ -90,7 +90,7 @@ impl VisionStream {
         head: Option<Vec<u8>>,
     ) -> Self {
         if let Some(tls) = inner.outer_tls() {
-            tls.set_record_at_a_time();
+            tls.set_record_at_a_time(true);
             if !pre.is_empty() {
                 // Xray reads the request header and the first block out of one record: what
                 // the outer TLS decrypted past the header belongs to the same first buffer.
