@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peer implementations Ferry is measured and interop-tested against, from the package
 # registries only, into a cache outside the clone. Idempotent: a peer already installed at its pinned
-# version is kept. Usage: scripts/peers.sh [xray|sing-box|trojan-go|ss-rust|debian|all]...
+# version is kept. Usage: scripts/peers.sh [xray|sing-box|trojan-go|ss-rust|debian|api-clients|all]...
 #
 # Cache: $FERRY_PEERS, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin. Every peer ends up as an
 # executable (or a symlink) in that one folder, which tests and ferry-lab search.
@@ -14,6 +14,8 @@ SINGBOX_VERSION=v1.14.1
 # wrapper module instead (same result: upstream's go.mod has no replace directives).
 TROJANGO_VERSION=v0.10.6
 SSRUST_VERSION=1.25.0
+XTLSAPI_VERSION=3.3.0
+XTLS_SDK_VERSION=0.8.0
 # fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates;
 # libnginx-mod-stream: nginx `stream` in front of Ferry (proxy_pass, PROXY protocol).
 DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl)
@@ -90,6 +92,32 @@ install_debian() {
   done
 }
 
+# The panels' own API clients (specs/api.md §10): Hiddify's xtlsapi (Python, grpcio) in a venv, and
+# Remnawave's @remnawave/xtls-sdk (Node, nice-grpc). Tests run them as `xtlsapi-python` and with
+# NODE_PATH pointing at `xtls-sdk/node_modules`.
+install_api_clients() {
+  if have xtlsapi-python "$XTLSAPI_VERSION"; then log "xtlsapi $XTLSAPI_VERSION cached"; else
+    log "pip install xtlsapi==$XTLSAPI_VERSION (venv)"
+    rm -rf "$BIN/../venv-xtlsapi"
+    python3 -m venv "$BIN/../venv-xtlsapi"
+    "$BIN/../venv-xtlsapi/bin/pip" install -q "xtlsapi==$XTLSAPI_VERSION"
+    # A wrapper, not a symlink: Python finds its venv next to the path it was started by.
+    rm -f "$BIN/xtlsapi-python"
+    printf '#!/bin/sh\nexec "%s/python" "$@"\n' "$(cd "$BIN/../venv-xtlsapi/bin" && pwd)" > "$BIN/xtlsapi-python"
+    chmod +x "$BIN/xtlsapi-python"
+    echo "$XTLSAPI_VERSION" > "$STAMPS/xtlsapi-python"
+  fi
+  if [ -d "$BIN/xtls-sdk/node_modules/@remnawave/xtls-sdk" ] && [ "$(cat "$STAMPS/xtls-sdk" 2>/dev/null)" = "$XTLS_SDK_VERSION" ]; then
+    log "@remnawave/xtls-sdk $XTLS_SDK_VERSION cached"
+  else
+    log "npm install @remnawave/xtls-sdk@$XTLS_SDK_VERSION"
+    rm -rf "$BIN/xtls-sdk"; mkdir -p "$BIN/xtls-sdk"
+    (cd "$BIN/xtls-sdk" && echo '{"private": true}' > package.json \
+      && npm install --silent --no-audit --no-fund "@remnawave/xtls-sdk@$XTLS_SDK_VERSION" >/dev/null)
+    echo "$XTLS_SDK_VERSION" > "$STAMPS/xtls-sdk"
+  fi
+}
+
 report() {
   log "installed in $BIN:"
   [ -x "$BIN/xray" ] && printf '  xray      %s\n' "$("$BIN/xray" version 2>/dev/null | head -1)"
@@ -113,7 +141,8 @@ for t in "${targets[@]}"; do
     trojan-go) install_trojango ;;
     ss-rust) install_ssrust ;;
     debian) install_debian ;;
-    all) install_debian; install_xray; install_singbox; install_trojango; install_ssrust ;;
+    api-clients) install_api_clients ;;
+    all) install_debian; install_xray; install_singbox; install_trojango; install_ssrust; install_api_clients ;;
     *) log "unknown peer group: $t"; exit 2 ;;
   esac
 done

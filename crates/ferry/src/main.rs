@@ -132,6 +132,18 @@ fn write_private(path: &str, text: &str) -> std::io::Result<()> {
 
 /// Accepts Xray's single-dash spellings (`-config`, `-test`, `-version`), and like Xray treats a
 /// command line that starts with a flag (`ferry -c x.json`, `ferry -test -config x.json`) as `run`.
+/// Whether this binary was started under Xray's name (a panel's `xray` or `xray-linux-amd64`).
+fn invoked_as_xray() -> bool {
+    std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().to_ascii_lowercase())
+        })
+        .is_some_and(|n| n.starts_with("xray"))
+}
+
 fn normalize_args() -> Vec<String> {
     normalize(std::env::args().collect())
 }
@@ -291,6 +303,14 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         };
+        // Xray's start line on stdout: panels that launch the core wait for a line that
+        // contains "core" and ends in "started" (Marzban-node).
+        println!(
+            "{} [Warning] core: Ferry {} (Xray {} compatible) started",
+            ferry::app::log::timestamp(),
+            env!("CARGO_PKG_VERSION"),
+            ferry::XRAY_COMPAT
+        );
         for (tag, net, addr) in &inst.bound() {
             tracing::warn!("ferry {} started: {} {net} {addr}", env!("CARGO_PKG_VERSION"), show_tag(tag));
         }
@@ -398,10 +418,21 @@ fn main() -> ExitCode {
         }) => run(config, test, grace),
         Some(Cmd::Test { config }) => run(config, true, 0),
         Some(Cmd::Version) => {
-            println!(
-                "Ferry {} (Xray/V2Ray v4 config compatible)",
-                env!("CARGO_PKG_VERSION")
-            );
+            if invoked_as_xray() {
+                // Panels that run the core (3x-ui, Marzban-node, Remnawave's node) read the
+                // version as the second word of a line starting "Xray ".
+                println!(
+                    "Xray {} (Ferry {}, Xray-compatible) Rust",
+                    ferry::XRAY_COMPAT,
+                    env!("CARGO_PKG_VERSION")
+                );
+            } else {
+                println!(
+                    "Ferry {} (Xray/V2Ray v4 config compatible; Xray {})",
+                    env!("CARGO_PKG_VERSION"),
+                    ferry::XRAY_COMPAT
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(Cmd::Link { link, config, host }) => link_cmd(link, config, host),

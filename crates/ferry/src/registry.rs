@@ -66,6 +66,7 @@ impl CounterSource {
             up: self.counter(s.stats_inbound_uplink, "inbound", tag, "uplink"),
             down: self.counter(s.stats_inbound_downlink, "inbound", tag, "downlink"),
             listing: None,
+            revoked: Default::default(),
         }
     }
 
@@ -76,6 +77,7 @@ impl CounterSource {
             up: self.counter(s.stats_outbound_uplink, "outbound", tag, "uplink"),
             down: self.counter(s.stats_outbound_downlink, "outbound", tag, "downlink"),
             listing: None,
+            revoked: Default::default(),
         }
     }
 
@@ -107,6 +109,7 @@ impl CounterSource {
                 names,
                 done: Default::default(),
             })),
+            revoked: Default::default(),
         });
         u
     }

@@ -109,6 +109,40 @@ pub struct Traffic {
     /// A user's counters are made when the user is added but listed in the stats from its
     /// first connection on (as Xray lists them); this lists them once.
     pub listing: Option<Arc<Listing>>,
+    /// A user's: fired when the user is removed, which ends the user's live connections.
+    pub revoked: Arc<Revoke>,
+}
+
+/// A one-shot signal: once fired, [`Revoke::wait`] returns at once, now and later.
+#[derive(Debug, Default)]
+pub struct Revoke {
+    fired: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Revoke {
+    /// Fires the signal (for good).
+    pub fn fire(&self) {
+        self.fired.store(true, std::sync::atomic::Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether it has fired.
+    pub fn is_fired(&self) -> bool {
+        self.fired.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Returns once the signal has fired.
+    pub async fn wait(&self) {
+        loop {
+            // Made before the check, so a fire between the check and the await is not lost.
+            let n = self.notify.notified();
+            if self.is_fired() {
+                return;
+            }
+            n.await;
+        }
+    }
 }
 
 /// Counters to list on first use.

@@ -277,12 +277,12 @@ fn config_from_stdin() {
 }
 
 /// Four consecutive free ports.
+/// A run of `n` free ports, taken below the range `free_port` hands out (10000-11999), so a
+/// port of the run cannot become another test's `free_port` while this one is being set up.
 fn free_range(n: u16) -> u16 {
-    'outer: for _ in 0..200 {
-        let base = free_port();
-        if base > 65000 {
-            continue;
-        }
+    let start = 10000 + (std::process::id() % 200) as u16 * 10;
+    'outer: for i in 0..200u16 {
+        let base = 10000 + (start - 10000 + i * 10) % 2000;
         for p in base..base + n {
             if std::net::TcpListener::bind(("127.0.0.1", p)).is_err() {
                 continue 'outer;
@@ -478,4 +478,59 @@ fn access_log_masks_addresses() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// What a panel that launches the core sees when Ferry stands in Xray's place (installed as
+/// its `xray` binary): `xray version` as Xray's shape (Marzban-node reads `^Xray (\d+\.\d+\.\d+)`,
+/// 3x-ui the second word), and after `xray run -config stdin:` a stdout line that contains
+/// "core" and ends in "started" (what Marzban-node waits for).
+#[test]
+fn launched_as_xray_by_a_panel() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .arg0("xray")
+        .arg("version")
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    let re = regex::Regex::new(r"^Xray (\d+\.\d+\.\d+)").unwrap();
+    let v = re
+        .captures(&out)
+        .unwrap_or_else(|| panic!("not Xray's version shape: {out}"));
+    assert_eq!(&v[1], ferry::XRAY_COMPAT);
+
+    let port = common::free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .arg0("xray")
+        .args(["run", "-config", "stdin:"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let cfg = format!(
+        r#"{{"inbounds": [{{"listen": "127.0.0.1", "port": {port}, "protocol": "socks"}}],
+            "outbounds": [{{"protocol": "freedom"}}]}}"#
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(cfg.as_bytes()).unwrap();
+    drop(stdin);
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("core") && line.trim_end().ends_with("started") {
+                let _ = tx.send(line);
+                return;
+            }
+        }
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(got.is_ok(), "no 'core ... started' line on stdout");
 }

@@ -96,6 +96,15 @@ impl Dispatcher {
     ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'a {
         async move {
             let accepted = handler.accept(stream, ctx).await?;
+            let user = match &accepted {
+                Accepted::Stream(s, _) | Accepted::Packets(s, _) | Accepted::Mux(s, _) => {
+                    s.user.as_ref().filter(|u| !u.email.is_empty()).cloned()
+                }
+                _ => None,
+            };
+            if let Some(user) = user {
+                return Box::pin(self.serve_user(accepted, user, ctx)).await;
+            }
             // Moving the whole value into the match (not matching on the local in place)
             // keeps its storage from living next to the relay's.
             let (session, stream) = match std::convert::identity(accepted) {
@@ -105,6 +114,41 @@ impl Dispatcher {
             self.dispatch_tcp(session, stream, &ctx.traffic)
                 .await
                 .map(|_| ())
+        }
+    }
+
+    /// Serves a connection of a user with an email: counted in the user's online map (when
+    /// the level's policy asks) while it lasts, and ended when the user is removed.
+    async fn serve_user(
+        &self,
+        accepted: Accepted,
+        user: crate::session::User,
+        ctx: &InboundCtx,
+    ) -> io::Result<()> {
+        let revoked = user.traffic.revoked.clone();
+        if revoked.is_fired() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("user {} was removed", user.email),
+            ));
+        }
+        let _online = match (&self.stats, ctx.info.source.ip()) {
+            (Some(st), Some(ip)) if self.policy.level(user.level).stats_user_online => st
+                .online_map(&crate::stats::online_name(&user.email))
+                .enter(ip),
+            _ => None,
+        };
+        tokio::select! {
+            r = self.serve_other(accepted, ctx) => r,
+            _ = revoked.wait() => {
+                tracing::info!(
+                    "[{}] connection from {} closed: user {} removed",
+                    ctx.tag,
+                    ctx.info.source,
+                    user.email
+                );
+                Ok(())
+            }
         }
     }
 

@@ -66,19 +66,52 @@ pub struct RunningInbound {
     pub tag: String,
     pub protocol: String,
     pub handler: Arc<dyn InboundHandler>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Where it listens (as configured).
+    pub listen: Listen,
+    /// Its JSON object as configured (the API reads its users' accounts from it).
+    pub json: serde_json::Value,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl RunningInbound {
+    /// Stops its listeners and waits until their sockets are closed.
+    async fn close(&self) {
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
 }
 
 impl Drop for RunningInbound {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             t.abort();
         }
     }
 }
 
-/// A started instance.
-pub struct Instance {
+/// Aborts the tasks of an inbound that failed to start.
+struct Tasks(Vec<JoinHandle<()>>);
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// What the parts of a running instance share: the dispatcher, the running inbounds and what
+/// builds new ones. The API holds it too.
+pub struct Core {
     pub dispatcher: Arc<Dispatcher>,
     pub stats: Option<Arc<Stats>>,
     /// Every bound address, by inbound tag (TCP, UDP and unix).
@@ -86,12 +119,29 @@ pub struct Instance {
     pub live: Arc<Live>,
     /// The running inbounds (add and remove them at run time).
     pub inbounds: Swap<Vec<Arc<RunningInbound>>>,
-    counters: CounterSource,
+    /// Resolves the counters of inbounds, outbounds and users added at run time.
+    pub counters: CounterSource,
+    /// The log settings (the API's RestartLogger reopens the access log).
+    pub log: crate::app::log::LogConfig,
+    /// When the instance started (the API's GetSysStats uptime).
+    pub started: std::time::Instant,
+}
+
+/// A started instance.
+pub struct Instance {
+    core: Arc<Core>,
     listeners: Vec<JoinHandle<()>>,
 }
 
+impl std::ops::Deref for Instance {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
 impl Instance {
-    /// Binds every inbound and starts serving.
+    /// Binds every inbound and starts serving (and the API, when configured).
     pub async fn start(cfg: Config) -> io::Result<Instance> {
         let stats = cfg.stats.clone();
         let access = AccessLog::open(&cfg.log).unwrap_or_else(|e| {
@@ -118,17 +168,26 @@ impl Instance {
             stats: stats.clone(),
             access,
         });
-        let inst = Instance {
+        let core = Arc::new(Core {
             dispatcher,
             stats: stats.clone(),
             bound: Default::default(),
             live: Arc::new(Live::default()),
             inbounds: Swap::new(Vec::new()),
             counters: cfg.counters.clone(),
+            log: cfg.log.clone(),
+            started: std::time::Instant::now(),
+        });
+        let mut inst = Instance {
+            core,
             listeners: Vec::new(),
         };
         for ib in cfg.inbounds {
             inst.add_inbound(ib).await?;
+        }
+        if let Some(api) = cfg.api {
+            let tasks = crate::app::api::start(api, inst.core.clone()).await?;
+            inst.listeners.extend(tasks);
         }
         if let (Some(addr), Some(st)) = (cfg.metrics, stats.as_ref()) {
             let l = crate::app::metrics::bind(addr).await?;
@@ -136,17 +195,33 @@ impl Instance {
                 "metrics on http://{}/debug/vars and /metrics",
                 l.local_addr()?
             );
-            let mut inst = inst;
             inst.listeners
                 .push(tokio::spawn(crate::app::metrics::serve(l, st.clone())));
-            return Ok(inst);
         } else if cfg.metrics.is_some() {
             tracing::warn!("metrics: the stats object is absent, so there is nothing to expose");
         }
         Ok(inst)
     }
 
-    /// Binds one inbound's listeners and starts serving it. Its tag must be new.
+    /// The shared core (what the API holds).
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// Stops accepting new connections and waits up to `grace` for live ones. Returns how many
+    /// were still live when the grace period ended.
+    pub async fn stop(self, grace: Duration) -> usize {
+        for l in &self.listeners {
+            l.abort();
+        }
+        self.core.inbounds.store(Vec::new());
+        self.core.live.drain(grace).await
+    }
+}
+
+impl Core {
+    /// Binds one inbound's listeners and starts serving it. Its tag must be new; when a
+    /// listener cannot be bound, nothing of it stays running.
     pub async fn add_inbound(&self, ib: Inbound) -> io::Result<()> {
         if !ib.tag.is_empty() && self.inbound(&ib.tag).is_some() {
             return Err(io::Error::new(
@@ -163,7 +238,8 @@ impl Instance {
             traffic: Arc::new(self.counters.inbound(&ib.tag)),
             live: self.live.clone(),
         });
-        let mut tasks = Vec::new();
+        let mut tasks = Tasks(Vec::new());
+        let mut bound = Vec::new();
         let named = |e: io::Error, what: String| {
             io::Error::new(
                 e.kind(),
@@ -182,13 +258,8 @@ impl Instance {
             Listen::Unix(path) => {
                 let l = Listener::unix(path).map_err(|e| named(e, path.text()))?;
                 let local = l.local()?;
-                tracing::info!(
-                    "inbound {:?} ({}) listening on {local}",
-                    ib.tag,
-                    ib.protocol
-                );
-                self.bind(&ib.tag, Network::Tcp, local);
-                tasks.push(tokio::spawn(serve.clone().accept_loop(l)));
+                bound.push((Network::Tcp, local));
+                tasks.0.push(tokio::spawn(serve.clone().accept_loop(l)));
             }
         }
         for addr in addrs {
@@ -196,39 +267,39 @@ impl Instance {
                 let l = Listener::tcp(addr, ib.stream.sockopt.clone())
                     .map_err(|e| named(e, format!("tcp {addr}")))?;
                 let local = l.local()?;
-                self.bind(&ib.tag, Network::Tcp, local.clone());
-                tracing::info!(
-                    "inbound {:?} ({}) listening on tcp {local}",
-                    ib.tag,
-                    ib.protocol
-                );
-                tasks.push(tokio::spawn(serve.clone().accept_loop(l)));
+                bound.push((Network::Tcp, local));
+                tasks.0.push(tokio::spawn(serve.clone().accept_loop(l)));
             }
             if ib.handler.networks().contains(&Network::Udp) {
                 let u = UdpSocket::bind(addr)
                     .await
                     .map_err(|e| named(e, format!("udp {addr}")))?;
                 let local = u.local_addr()?;
-                self.bind(&ib.tag, Network::Udp, local.into());
-                tracing::info!(
-                    "inbound {:?} ({}) listening on udp {local}",
-                    ib.tag,
-                    ib.protocol
-                );
+                bound.push((Network::Udp, local.into()));
                 let ctx = serve.ctx(ConnInfo::new(local.into(), local.into()));
                 let h = ib.handler.clone();
-                tasks.push(tokio::spawn(async move {
+                tasks.0.push(tokio::spawn(async move {
                     if let Err(e) = h.serve_udp(Arc::new(u), ctx).await {
                         tracing::error!("udp inbound on {local} stopped: {e}");
                     }
                 }));
             }
         }
+        for (net, local) in bound {
+            tracing::info!(
+                "inbound {:?} ({}) listening on {net} {local}",
+                ib.tag,
+                ib.protocol
+            );
+            self.bind(&ib.tag, net, local);
+        }
         let running = Arc::new(RunningInbound {
             tag: ib.tag,
             protocol: ib.protocol,
             handler: ib.handler,
-            tasks,
+            listen: ib.listen,
+            json: ib.json,
+            tasks: std::sync::Mutex::new(std::mem::take(&mut tasks.0)),
         });
         self.inbounds.update(|v| {
             let mut n = v.clone();
@@ -250,33 +321,29 @@ impl Instance {
         self.bound.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Stops one inbound's listeners (its live connections go on); false when no inbound has
-    /// this tag.
-    pub fn remove_inbound(&self, tag: &str) -> bool {
+    /// Stops one inbound's listeners (its live connections go on) and returns once its ports
+    /// are free; false when no inbound has this tag.
+    pub async fn remove_inbound(&self, tag: &str) -> bool {
+        let gone = self.inbounds.update(|v| {
+            let (out, keep): (Vec<_>, Vec<_>) = v.iter().cloned().partition(|i| i.tag == tag);
+            (keep, out)
+        });
+        if gone.is_empty() {
+            return false;
+        }
         self.bound
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(t, _, _)| t != tag);
-        self.inbounds.update(|v| {
-            let n: Vec<_> = v.iter().filter(|i| i.tag != tag).cloned().collect();
-            let removed = n.len() != v.len();
-            (n, removed)
-        })
+        for i in gone {
+            i.close().await;
+        }
+        true
     }
 
     /// The running inbound with this tag.
     pub fn inbound(&self, tag: &str) -> Option<Arc<RunningInbound>> {
         self.inbounds.load().iter().find(|i| i.tag == tag).cloned()
-    }
-
-    /// Stops accepting new connections and waits up to `grace` for live ones. Returns how many
-    /// were still live when the grace period ended.
-    pub async fn stop(self, grace: Duration) -> usize {
-        for l in &self.listeners {
-            l.abort();
-        }
-        self.inbounds.store(Vec::new());
-        self.live.drain(grace).await
     }
 }
 

@@ -113,6 +113,20 @@ pub struct AccessLog {
 }
 
 impl AccessLog {
+    /// Opens the access log file anew (after logrotate moved it); stdout and "none" stay.
+    pub fn reopen(&self, cfg: &LogConfig) -> std::io::Result<()> {
+        if let (Some(out), Some(p)) = (&self.out, cfg.access.as_deref()) {
+            if !p.is_empty() && p != "none" {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?;
+                *out.lock().unwrap_or_else(|e| e.into_inner()) = Box::new(f);
+            }
+        }
+        Ok(())
+    }
+
     pub fn open(cfg: &LogConfig) -> std::io::Result<AccessLog> {
         let out: Option<Box<dyn Write + Send>> = match cfg.access.as_deref() {
             Some("none") => None,
@@ -193,7 +207,7 @@ fn accepted_line(s: &Session, outbound: &str, routed: bool) -> String {
 }
 
 /// `YYYY/MM/DD HH:MM:SS.uuuuuu` in UTC.
-fn timestamp() -> String {
+pub fn timestamp() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

@@ -17,6 +17,8 @@ pub struct LevelPolicy {
     pub buffer_size: Option<usize>,
     pub stats_user_uplink: bool,
     pub stats_user_downlink: bool,
+    /// Track the user's source IPs (`user>>>EMAIL>>>online`).
+    pub stats_user_online: bool,
 }
 
 impl Default for LevelPolicy {
@@ -29,6 +31,7 @@ impl Default for LevelPolicy {
             buffer_size: None,
             stats_user_uplink: false,
             stats_user_downlink: false,
+            stats_user_online: false,
         }
     }
 }
@@ -108,7 +111,7 @@ impl Policy {
                     }
                     l.stats_user_uplink = lo.bool("statsUserUplink")?.unwrap_or(false);
                     l.stats_user_downlink = lo.bool("statsUserDownlink")?.unwrap_or(false);
-                    lo.ignore(&["statsUserOnline"]);
+                    l.stats_user_online = lo.bool("statsUserOnline")?.unwrap_or(false);
                     lo.finish();
                     p.levels.insert(n, l);
                 }

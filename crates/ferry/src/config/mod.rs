@@ -44,6 +44,8 @@ pub struct Inbound {
     pub handler: Arc<dyn InboundHandler>,
     /// Socket options and the acceptor chain's layers.
     pub stream: StreamSettings,
+    /// The inbound's JSON object as configured.
+    pub json: Value,
 }
 
 /// One outbound, ready to dial.
@@ -67,6 +69,8 @@ pub struct Config {
     pub registry: Arc<Outbounds>,
     /// Resolves the counters of inbounds, outbounds and users.
     pub counters: CounterSource,
+    /// The gRPC API (`api`), when configured.
+    pub api: Option<crate::app::api::ApiConfig>,
 }
 
 /// Merges several config files the way Xray does (untitled sources; see [`merge_named`]).
@@ -257,6 +261,170 @@ fn unsupported_protocol(o: &Obj<'_>, name: &str, kind: &str) -> ConfigError {
     ConfigError::new(o.key_path("protocol"), msg)
 }
 
+/// Reads one inbound object (its tag already read and checked by the caller).
+pub fn parse_inbound(
+    o: &Obj<'_>,
+    tag: String,
+    counters: &CounterSource,
+    diag: &Diagnostics,
+) -> reader::Result<Inbound> {
+    let name = protocol_name(o)?;
+    let builder =
+        proxy::inbound_builder(&name).ok_or_else(|| unsupported_protocol(o, &name, "inbound"))?;
+    let listen = match parse_listen(o)? {
+        Ok(ip) => {
+            let (pp, pv) = o
+                .get("port")
+                .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
+            Listen::Ip(ip, parse_ports(pv, &pp)?)
+        }
+        Err(unix) => {
+            // Xray ignores the port of a unix listener.
+            o.ignore(&["port"]);
+            Listen::Unix(unix)
+        }
+    };
+    let ss = StreamSettings::parse(o, false)?;
+    if let Some(s) = o.obj("sniffing")? {
+        if s.bool("enabled")?.unwrap_or(false) {
+            diag.warn(
+                s.path(),
+                "sniffing is not supported yet; destinations are used as sent",
+            );
+        }
+        s.ignore(&[
+            "enabled",
+            "destOverride",
+            "metadataOnly",
+            "routeOnly",
+            "domainsExcluded",
+            "ipsExcluded",
+        ]);
+        s.finish();
+    }
+    o.ignore(&["allocate"]);
+    let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
+    let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
+    let handler = builder(
+        &settings,
+        &InboundBuild {
+            tag: &tag,
+            diag,
+            counters,
+            stream: &ss,
+        },
+    )?;
+    settings.finish();
+    Ok(Inbound {
+        tag,
+        listen,
+        protocol: name,
+        handler,
+        stream: ss,
+        json: o.value(),
+    })
+}
+
+/// Reads one outbound object (its tag already read and checked by the caller). Returns the
+/// outbound and the tag of the outbound it dials through, if any (for the chain check).
+pub fn parse_outbound(
+    o: &Obj<'_>,
+    tag: String,
+    registry: &Arc<Outbounds>,
+    diag: &Diagnostics,
+) -> reader::Result<(Outbound, Option<String>)> {
+    let name = protocol_name(o)?;
+    let builder =
+        proxy::outbound_builder(&name).ok_or_else(|| unsupported_protocol(o, &name, "outbound"))?;
+    let ss = StreamSettings::parse(o, true)?;
+    let mux = match o.obj("mux")? {
+        Some(m) => {
+            let s = proxy::mux::MuxSettings::parse(&m)?;
+            let muxable = ["vless", "vmess"]
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(&name));
+            if s.enabled && !muxable {
+                return Err(ConfigError::new(
+                    m.key_path("enabled"),
+                    format!("mux on a {name} outbound is not supported (vless and vmess have it)"),
+                ));
+            }
+            m.finish();
+            s.enabled.then_some(s)
+        }
+        None => None,
+    };
+    if let Some(t) = o.str("targetStrategy")? {
+        if !t.is_empty() && !t.eq_ignore_ascii_case("asis") {
+            return Err(ConfigError::new(
+                o.key_path("targetStrategy"),
+                format!("{t:?} on the outbound is not supported yet (freedom's settings.domainStrategy is)"),
+            ));
+        }
+    }
+    let mut ss = ss;
+    if let Some(p) = o.obj("proxySettings")? {
+        let t = p
+            .str("tag")?
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ConfigError::new(p.key_path("tag"), "is required"))?;
+        p.ignore(&["transportLayer"]);
+        p.finish();
+        ss.dialer_proxy = Some(t);
+    }
+    let send_through = match o.str("sendThrough")? {
+        Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
+            ConfigError::new(
+                o.key_path("sendThrough"),
+                format!("{s:?} is not an IP address"),
+            )
+        })?),
+        None => None,
+    };
+    ss.sockopt.bind = send_through;
+    if let Some(via) = &ss.dialer_proxy {
+        if *via == tag {
+            return Err(ConfigError::new(
+                o.path(),
+                format!("outbound {tag:?} cannot dial through itself"),
+            ));
+        }
+    }
+    let chain = ss.dialer_proxy.clone();
+    let via = ss.dialer_proxy.clone().map(|t| {
+        Arc::new(crate::registry::OutboundRef {
+            tag: t,
+            table: registry.clone(),
+        }) as Arc<dyn crate::transport::Dialer>
+    });
+    let dialer = ss.dialer(via);
+    let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
+    let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
+    let handler = builder(
+        &settings,
+        &OutboundBuild {
+            tag: &tag,
+            diag,
+            dialer,
+            sockopt: ss.sockopt.clone(),
+            stream: &ss,
+        },
+    )?;
+    settings.finish();
+    let handler = match mux {
+        Some(m) => Arc::new(proxy::mux::client::Muxed::new(handler, &m)),
+        None => handler,
+    };
+    Ok((
+        Outbound {
+            tag,
+            protocol: name,
+            handler,
+        },
+        chain,
+    ))
+}
+
 impl Config {
     /// Reads a merged JSON document into a config; warnings go to `diag`.
     pub fn from_value(v: &Value, diag: &Diagnostics) -> reader::Result<Config> {
@@ -281,7 +449,7 @@ impl Config {
             stats: stats.clone(),
             policy: policy.clone(),
         };
-        let (metrics, special_outbounds) = services::parse_services(&root, &stats, diag)?;
+        let (metrics, api, special_outbounds) = services::parse_services(&root, &stats, diag)?;
         let mut outbounds = Vec::new();
         let mut tags = HashSet::new();
         // The registry chained outbounds dial through; the instance fills it.
@@ -296,94 +464,12 @@ impl Config {
                     format!("duplicate outbound tag {tag:?}"),
                 ));
             }
-            let name = protocol_name(&o)?;
-            let builder = proxy::outbound_builder(&name)
-                .ok_or_else(|| unsupported_protocol(&o, &name, "outbound"))?;
-            let ss = StreamSettings::parse(&o, true)?;
-            let mux = match o.obj("mux")? {
-                Some(m) => {
-                    let s = proxy::mux::MuxSettings::parse(&m)?;
-                    let muxable = ["vless", "vmess"]
-                        .iter()
-                        .any(|p| p.eq_ignore_ascii_case(&name));
-                    if s.enabled && !muxable {
-                        return Err(ConfigError::new(
-                            m.key_path("enabled"),
-                            format!("mux on a {name} outbound is not supported (vless and vmess have it)"),
-                        ));
-                    }
-                    m.finish();
-                    s.enabled.then_some(s)
-                }
-                None => None,
-            };
-            if let Some(t) = o.str("targetStrategy")? {
-                if !t.is_empty() && !t.eq_ignore_ascii_case("asis") {
-                    return Err(ConfigError::new(
-                        o.key_path("targetStrategy"),
-                        format!("{t:?} on the outbound is not supported yet (freedom's settings.domainStrategy is)"),
-                    ));
-                }
+            let (out, via) = parse_outbound(&o, tag, &registry, diag)?;
+            if let Some(via) = via {
+                chains.push((o.path().to_string(), out.tag.clone(), via));
             }
-            let mut ss = ss;
-            if let Some(p) = o.obj("proxySettings")? {
-                let t = p
-                    .str("tag")?
-                    .filter(|t| !t.is_empty())
-                    .ok_or_else(|| ConfigError::new(p.key_path("tag"), "is required"))?;
-                p.ignore(&["transportLayer"]);
-                p.finish();
-                ss.dialer_proxy = Some(t);
-            }
-            let send_through = match o.str("sendThrough")? {
-                Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
-                    ConfigError::new(
-                        o.key_path("sendThrough"),
-                        format!("{s:?} is not an IP address"),
-                    )
-                })?),
-                None => None,
-            };
-            ss.sockopt.bind = send_through;
-            if let Some(via) = &ss.dialer_proxy {
-                if *via == tag {
-                    return Err(ConfigError::new(
-                        o.path(),
-                        format!("outbound {tag:?} cannot dial through itself"),
-                    ));
-                }
-                chains.push((o.path().to_string(), tag.clone(), via.clone()));
-            }
-            let via = ss.dialer_proxy.clone().map(|t| {
-                Arc::new(crate::registry::OutboundRef {
-                    tag: t,
-                    table: registry.clone(),
-                }) as Arc<dyn crate::transport::Dialer>
-            });
-            let dialer = ss.dialer(via);
-            let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
-            let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
-            let handler = builder(
-                &settings,
-                &OutboundBuild {
-                    tag: &tag,
-                    diag,
-                    dialer,
-                    sockopt: ss.sockopt.clone(),
-                    stream: &ss,
-                },
-            )?;
-            settings.finish();
             o.finish();
-            let handler = match mux {
-                Some(m) => Arc::new(proxy::mux::client::Muxed::new(handler, &m)),
-                None => handler,
-            };
-            outbounds.push(Outbound {
-                tag,
-                protocol: name,
-                handler,
-            });
+            outbounds.push(out);
         }
         if outbounds.is_empty() {
             diag.warn(
@@ -421,61 +507,8 @@ impl Config {
                     format!("duplicate inbound tag {tag:?}"),
                 ));
             }
-            let name = protocol_name(&o)?;
-            let builder = proxy::inbound_builder(&name)
-                .ok_or_else(|| unsupported_protocol(&o, &name, "inbound"))?;
-            let listen = match parse_listen(&o)? {
-                Ok(ip) => {
-                    let (pp, pv) = o
-                        .get("port")
-                        .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
-                    Listen::Ip(ip, parse_ports(pv, &pp)?)
-                }
-                Err(unix) => {
-                    // Xray ignores the port of a unix listener.
-                    o.ignore(&["port"]);
-                    Listen::Unix(unix)
-                }
-            };
-            let ss = StreamSettings::parse(&o, false)?;
-            if let Some(s) = o.obj("sniffing")? {
-                if s.bool("enabled")?.unwrap_or(false) {
-                    diag.warn(
-                        s.path(),
-                        "sniffing is not supported yet; destinations are used as sent",
-                    );
-                }
-                s.ignore(&[
-                    "enabled",
-                    "destOverride",
-                    "metadataOnly",
-                    "routeOnly",
-                    "domainsExcluded",
-                    "ipsExcluded",
-                ]);
-                s.finish();
-            }
-            o.ignore(&["allocate"]);
-            let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
-            let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
-            let handler = builder(
-                &settings,
-                &InboundBuild {
-                    tag: &tag,
-                    diag,
-                    counters: &counters,
-                    stream: &ss,
-                },
-            )?;
-            settings.finish();
+            inbounds.push(parse_inbound(&o, tag, &counters, diag)?);
             o.finish();
-            inbounds.push(Inbound {
-                tag,
-                listen,
-                protocol: name,
-                handler,
-                stream: ss,
-            });
         }
 
         let router = match root.obj("routing")? {
@@ -531,6 +564,7 @@ impl Config {
             metrics,
             registry,
             counters,
+            api,
         })
     }
 }
@@ -651,6 +685,42 @@ mod tests {
             load(v).err().unwrap().path,
             "outbounds[0].settings.targetStrategy"
         );
+    }
+
+    #[test]
+    fn api_object_names_its_errors() {
+        let d = Diagnostics::default();
+        let v = json!({"api": {"tag": "api", "listen": "127.0.0.1:10085",
+                               "services": ["handlerservice", "StatsService", "ObservatoryService"]}});
+        let c = Config::from_value(&v, &d).unwrap();
+        let api = c.api.expect("api");
+        assert_eq!(
+            api.services,
+            [
+                crate::app::api::Service::Handler,
+                crate::app::api::Service::Stats
+            ]
+        );
+        assert!(
+            d.take().iter().any(|w| w.contains("api.services[2]")),
+            "an unknown service warns with its path"
+        );
+        assert_eq!(
+            load(json!({"api": {"services": []}})).err().unwrap().path,
+            "api.tag"
+        );
+        assert_eq!(
+            load(json!({"api": {"tag": "api", "listen": "nowhere"}}))
+                .err()
+                .unwrap()
+                .path,
+            "api.listen"
+        );
+        let unix = load(json!({"api": {"tag": "api", "listen": "@ferry-api"}})).unwrap();
+        assert!(matches!(
+            unix.api.unwrap().listen,
+            Some(crate::app::api::ApiListen::Unix(_))
+        ));
     }
 
     #[test]

@@ -114,6 +114,11 @@ impl<'a> Obj<'a> {
         })
     }
 
+    /// The object as read (every key, used or not).
+    pub fn value(&self) -> Value {
+        Value::Object(self.map.clone())
+    }
+
     pub fn path(&self) -> &str {
         &self.path
     }

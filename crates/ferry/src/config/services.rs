@@ -47,12 +47,17 @@ pub fn parse_log(root: &Obj<'_>, diag: &Diagnostics) -> reader::Result<LogConfig
     })
 }
 
-/// Reads `metrics` and `api`: the metrics listen address, and the outbounds their tags name.
+/// Reads `metrics` and `api`: the metrics listen address, the API, and the outbounds their
+/// tags name.
 pub fn parse_services(
     root: &Obj<'_>,
     stats: &Option<Arc<Stats>>,
-    diag: &Diagnostics,
-) -> reader::Result<(Option<SocketAddr>, Vec<ServiceOutbound>)> {
+    _diag: &Diagnostics,
+) -> reader::Result<(
+    Option<SocketAddr>,
+    Option<crate::app::api::ApiConfig>,
+    Vec<ServiceOutbound>,
+)> {
     // `metrics.tag` (and `api.tag`) name outbounds a routing rule can send connections to.
     let mut special_outbounds: Vec<ServiceOutbound> = Vec::new();
     let metrics = match root.obj("metrics")? {
@@ -87,28 +92,15 @@ pub fn parse_services(
         }
         None => None,
     };
-    if let Some(a) = root.obj("api")? {
-        let tag = a.str("tag")?.filter(|t| !t.is_empty());
-        diag.warn(
-            a.path(),
-            match tag {
-                Some(_) => {
-                    "the gRPC API is not supported yet; connections routed to its tag are refused"
-                }
-                None => "the gRPC API is not supported yet; ignored",
-            },
-        );
-        if let Some(t) = tag {
-            special_outbounds.push((
-                a.key_path("tag"),
-                t,
-                "api",
-                Arc::new(crate::app::api::ApiOutbound),
-            ));
+    let api = match root.obj("api")? {
+        Some(a) => {
+            let (cfg, out) = crate::app::api::parse(&a)?;
+            special_outbounds.push((a.key_path("tag"), cfg.tag.clone(), "api", out));
+            a.finish();
+            Some(cfg)
         }
-        a.ignore(&["listen", "services"]);
-        a.finish();
-    }
+        None => None,
+    };
 
-    Ok((metrics, special_outbounds))
+    Ok((metrics, api, special_outbounds))
 }

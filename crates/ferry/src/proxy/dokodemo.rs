@@ -149,9 +149,10 @@ impl Dokodemo {
             Some(_) => Address::Ip(std::net::Ipv6Addr::LOCALHOST.into()),
             None => Address::Domain("localhost".into()),
         });
-        let port = port.or(lport).ok_or_else(|| {
-            io::Error::other("tunnel: no port to forward to (set rewritePort for a unix listener)")
-        })?;
+        // A unix listener without rewritePort has no port: port 0, as in Xray, which routing
+        // can still send somewhere that needs none (the API's tag: Remnawave's node listens
+        // for its API this way); a dial to it fails.
+        let port = port.or(lport).unwrap_or(0);
         Ok(Destination::new(addr, port))
     }
 }
@@ -242,7 +243,8 @@ mod tests {
         assert_eq!(dest(json!({"port": 22}), "10.1.2.3:5000"), "127.0.0.1:22");
         assert_eq!(dest(json!({}), "[2001:db8::1]:5000"), "[::1]:5000");
         let unix = Endpoint::Unix("/run/x.sock".into());
-        assert!(parsed(json!({})).unwrap().dest(&unix).is_err());
+        // A unix listener without rewritePort: port 0, as in Xray (routable to the API's tag).
+        assert_eq!(parsed(json!({})).unwrap().dest(&unix).unwrap().port, 0);
         assert_eq!(
             parsed(json!({"rewritePort": 8080}))
                 .unwrap()

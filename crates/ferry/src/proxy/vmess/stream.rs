@@ -565,7 +565,7 @@ mod tests {
         /// How many bytes this call takes (None: not ready, woken at once).
         fn budget(&mut self, cx: &mut Context<'_>) -> Option<usize> {
             let r = self.next();
-            if r % 7 == 0 {
+            if r.is_multiple_of(7) {
                 cx.waker().wake_by_ref();
                 return None;
             }
@@ -721,7 +721,7 @@ mod tests {
                         let n = [1usize, 5000, 8190, 8191, 40_000, 131_072][i % 6];
                         let n = n.min(d.len() - off);
                         s.write_all(&d[off..off + n]).await.unwrap();
-                        if i % 4 == 0 {
+                        if i.is_multiple_of(4) {
                             s.flush().await.unwrap();
                         }
                         off += n;

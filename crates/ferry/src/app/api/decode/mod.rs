@@ -1,0 +1,473 @@
+//! The protobuf configs panels send (an `InboundHandlerConfig`, an `OutboundHandlerConfig`,
+//! a `User` with its typed account) turned into the Xray JSON shape that Ferry's config
+//! reader takes, so one config model serves both front ends. Both `ReceiverConfig` layouts
+//! are read (api.md §3.2); what Ferry cannot serve is an error, never silently dropped.
+//! Errors are the texts the API answers with.
+
+use std::net::IpAddr;
+
+use prost::Message;
+use serde_json::{json, Map, Value};
+
+use super::pb;
+
+mod inbound;
+mod outbound;
+
+pub use inbound::inbound_to_json;
+pub use outbound::outbound_to_json;
+
+/// Protocol configs Xray has and Ferry does not (an honest error, not "not found").
+pub(super) const KNOWN_PROXIES: &[&str] = &[
+    "xray.proxy.hysteria.ServerConfig",
+    "xray.proxy.wireguard.DeviceConfig",
+    "xray.proxy.dns.Config",
+    "xray.proxy.loopback.Config",
+    "xray.proxy.shadowsocks_2022.RelayServerConfig",
+    "xray.proxy.hysteria.ClientConfig",
+];
+
+/// An error text as the API returns it.
+pub type Error = String;
+
+pub(super) fn parse<M: Message + Default>(b: &[u8]) -> Result<M, Error> {
+    M::decode(b).map_err(|_| "proto: cannot parse invalid wire-format data".to_string())
+}
+
+/// Xray's error prefix (its package path) for a protocol's user manager.
+pub fn user_pkg(protocol: &str) -> &'static str {
+    match protocol.to_ascii_lowercase().as_str() {
+        "vless" => "proxy/vless",
+        "vmess" => "proxy/vmess/inbound",
+        "trojan" => "proxy/trojan",
+        _ => "proxy/shadowsocks",
+    }
+}
+
+pub(super) const KNOWN_ACCOUNTS: &[&str] = &[
+    "xray.proxy.vless.Account",
+    "xray.proxy.vmess.Account",
+    "xray.proxy.trojan.Account",
+    "xray.proxy.shadowsocks.Account",
+    "xray.proxy.shadowsocks_2022.Account",
+    "xray.proxy.socks.Account",
+    "xray.proxy.http.Account",
+    "xray.proxy.hysteria.account.Account",
+    "xray.proxy.wireguard.PeerConfig",
+];
+
+/// A Shadowsocks `CipherType` as Ferry's method name.
+pub(super) fn cipher_name(t: i32) -> Option<&'static str> {
+    Some(match t {
+        5 => "aes-128-gcm",
+        6 => "aes-256-gcm",
+        7 => "chacha20-ietf-poly1305",
+        8 => "xchacha20-ietf-poly1305",
+        9 => "none",
+        _ => return None,
+    })
+}
+
+/// A method name as a Shadowsocks `CipherType` (0 when it has none: stream ciphers, 2022).
+pub fn cipher_type(method: &str) -> i32 {
+    match method.to_ascii_lowercase().as_str() {
+        "aes-128-gcm" | "aead_aes_128_gcm" => 5,
+        "aes-256-gcm" | "aead_aes_256_gcm" => 6,
+        "chacha20-poly1305" | "aead_chacha20_poly1305" | "chacha20-ietf-poly1305" => 7,
+        "xchacha20-poly1305" | "aead_xchacha20_poly1305" | "xchacha20-ietf-poly1305" => 8,
+        "none" | "plain" => 9,
+        _ => 0,
+    }
+}
+
+/// A VMess `SecurityType` as Ferry's name.
+pub(super) fn vmess_security(t: i32) -> &'static str {
+    match t {
+        3 => "aes-128-gcm",
+        4 => "chacha20-poly1305",
+        5 => "none",
+        6 => "zero",
+        _ => "auto",
+    }
+}
+
+/// A VMess security name as its `SecurityType`.
+pub fn vmess_security_type(s: &str) -> i32 {
+    match s.to_ascii_lowercase().as_str() {
+        "aes-128-gcm" => 3,
+        "chacha20-poly1305" => 4,
+        "none" => 5,
+        "zero" => 6,
+        _ => 2,
+    }
+}
+
+fn check_uuid(pkg: &str, id: &str) -> Result<(), Error> {
+    let ok = (id.len() == 32 || id.len() == 36) && uuid::Uuid::parse_str(id).is_ok();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{pkg}: failed to parse ID > common/uuid: invalid UUID: {id}"
+        ))
+    }
+}
+
+/// A user of an inbound of `protocol` as its JSON client object. The account must be of the
+/// inbound's protocol (Xray crashes on another protocol's account; this is an error).
+pub fn user_to_json(protocol: &str, u: &pb::User) -> Result<Value, Error> {
+    let acc = u
+        .account
+        .as_ref()
+        .ok_or("common/protocol: Account is missing")?;
+    let ty = acc.r#type.as_str();
+    if !KNOWN_ACCOUNTS.contains(&ty) {
+        return Err("proto: not found".into());
+    }
+    let p = protocol.to_ascii_lowercase();
+    let wrong = || format!("{ty} is not an account of a {protocol} inbound");
+    let mut o = Map::new();
+    match ty {
+        "xray.proxy.vless.Account" if p == "vless" => {
+            let a: pb::VlessAccount = parse(&acc.value)?;
+            check_uuid("proxy/vless", &a.id)?;
+            o.insert("id".into(), json!(a.id));
+            // Hiddify sends "\0" for no flow.
+            let flow = a.flow.trim_matches('\0');
+            if !flow.is_empty() {
+                o.insert("flow".into(), json!(flow));
+            }
+        }
+        "xray.proxy.vmess.Account" if p == "vmess" => {
+            let a: pb::VmessAccount = parse(&acc.value)?;
+            check_uuid("proxy/vmess", &a.id)?;
+            o.insert("id".into(), json!(a.id));
+        }
+        "xray.proxy.trojan.Account" if p == "trojan" => {
+            let a: pb::TrojanAccount = parse(&acc.value)?;
+            o.insert("password".into(), json!(a.password));
+        }
+        "xray.proxy.shadowsocks.Account" if p == "shadowsocks" || p == "ss" => {
+            let a: pb::ShadowsocksAccount = parse(&acc.value)?;
+            let m = cipher_name(a.cipher_type).ok_or(
+                "proxy/shadowsocks: failed to get cipher > proxy/shadowsocks: Unsupported cipher.",
+            )?;
+            o.insert("password".into(), json!(a.password));
+            o.insert("method".into(), json!(m));
+        }
+        "xray.proxy.shadowsocks_2022.Account" if p == "shadowsocks" || p == "ss" => {
+            let a: pb::Ss2022Account = parse(&acc.value)?;
+            o.insert("password".into(), json!(a.key));
+        }
+        _ => return Err(wrong()),
+    }
+    o.insert("email".into(), json!(u.email));
+    o.insert("level".into(), json!(u.level));
+    Ok(Value::Object(o))
+}
+
+/// A JSON client object of an inbound of `protocol` as the protobuf user panels read back
+/// (GetInboundUsers). `method` is the inbound's own, for Shadowsocks users that name none.
+pub fn user_from_json(protocol: &str, c: &Value, method: Option<&str>) -> pb::User {
+    let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let p = protocol.to_ascii_lowercase();
+    let account = match p.as_str() {
+        "vless" => Some(pb::TypedMessage::of(
+            "xray.proxy.vless.Account",
+            &pb::VlessAccount {
+                id: s("id"),
+                flow: s("flow"),
+                encryption: "none".into(),
+            },
+        )),
+        "vmess" => Some(pb::TypedMessage::of(
+            "xray.proxy.vmess.Account",
+            &pb::VmessAccount {
+                id: s("id"),
+                security_settings: Some(pb::SecurityConfig {
+                    r#type: vmess_security_type(&s("security")),
+                }),
+            },
+        )),
+        "trojan" => Some(pb::TypedMessage::of(
+            "xray.proxy.trojan.Account",
+            &pb::TrojanAccount {
+                password: s("password"),
+            },
+        )),
+        "shadowsocks" | "ss" => {
+            let m = match s("method") {
+                m if m.is_empty() => method.unwrap_or("").to_string(),
+                m => m,
+            };
+            if m.starts_with("2022-") {
+                Some(pb::TypedMessage::of(
+                    "xray.proxy.shadowsocks_2022.Account",
+                    &pb::Ss2022Account { key: s("password") },
+                ))
+            } else {
+                Some(pb::TypedMessage::of(
+                    "xray.proxy.shadowsocks.Account",
+                    &pb::ShadowsocksAccount {
+                        password: s("password"),
+                        cipher_type: cipher_type(&m),
+                        iv_check: false,
+                    },
+                ))
+            }
+        }
+        _ => None,
+    };
+    pb::User {
+        level: c.get("level").and_then(Value::as_u64).unwrap_or(0) as u32,
+        email: s("email"),
+        account,
+    }
+}
+
+pub(super) fn address(a: &Option<pb::IpOrDomain>) -> Option<String> {
+    match a.as_ref()?.address.as_ref()? {
+        pb::Address::Ip(b) => match b.len() {
+            4 => <[u8; 4]>::try_from(b.as_slice())
+                .ok()
+                .map(|x| IpAddr::from(x).to_string()),
+            16 => <[u8; 16]>::try_from(b.as_slice())
+                .ok()
+                .map(|x| IpAddr::from(x).to_string()),
+            _ => None,
+        },
+        pb::Address::Domain(d) => Some(d.clone()),
+    }
+}
+
+pub(super) fn networks(n: &[i32]) -> Option<String> {
+    let names: Vec<&str> = n
+        .iter()
+        .filter_map(|x| match *x {
+            pb::network::TCP => Some("tcp"),
+            pb::network::UDP => Some("udp"),
+            _ => None,
+        })
+        .collect();
+    (!names.is_empty()).then(|| names.join(","))
+}
+
+/// Stream settings as JSON `streamSettings` (raw TCP, TLS, PROXY protocol, socket options).
+pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Error> {
+    let mut o = Map::new();
+    let net = if !s.protocol_name.is_empty() {
+        s.protocol_name.clone()
+    } else if s.protocol == 0 {
+        "tcp".into()
+    } else {
+        format!("transport #{}", s.protocol)
+    };
+    if !matches!(net.as_str(), "tcp" | "raw") {
+        return Err(format!(
+            "transport/internet: transport {net:?} is not supported by Ferry yet (raw TCP is)"
+        ));
+    }
+    o.insert("network".into(), json!("raw"));
+    for t in &s.transport_settings {
+        let name = if t.protocol_name.is_empty() {
+            "tcp"
+        } else {
+            t.protocol_name.as_str()
+        };
+        if !matches!(name, "tcp" | "raw") {
+            continue;
+        }
+        if let Some(ts) = &t.settings {
+            let tcp: pb::TcpConfig = parse(&ts.value)?;
+            if let Some(h) = &tcp.header_settings {
+                if !h.r#type.ends_with("noop.Config") && !h.r#type.is_empty() {
+                    return Err(format!(
+                        "transport/internet/tcp: header {} is not supported by Ferry yet",
+                        h.r#type
+                    ));
+                }
+            }
+            if tcp.accept_proxy_protocol {
+                o.insert("rawSettings".into(), json!({"acceptProxyProtocol": true}));
+            }
+        }
+    }
+    match s.security_type.as_str() {
+        "" => {}
+        "xray.transport.internet.tls.Config" => {
+            let m = s
+                .security_settings
+                .iter()
+                .find(|m| m.r#type == s.security_type)
+                .ok_or("transport/internet: TLS settings are missing")?;
+            let t: pb::TlsConfig = parse(&m.value)?;
+            o.insert("security".into(), json!("tls"));
+            o.insert("tlsSettings".into(), tls(&t, outbound));
+        }
+        other => {
+            return Err(format!(
+                "transport/internet: security {other} is not supported by Ferry yet"
+            ))
+        }
+    }
+    if let Some(so) = &s.socket_settings {
+        let mut j = Map::new();
+        if so.accept_proxy_protocol {
+            j.insert("acceptProxyProtocol".into(), json!(true));
+        }
+        if so.mark != 0 {
+            j.insert("mark".into(), json!(so.mark));
+        }
+        if so.tcp_keep_alive_idle != 0 {
+            j.insert("tcpKeepAliveIdle".into(), json!(so.tcp_keep_alive_idle));
+        }
+        if so.tcp_keep_alive_interval != 0 {
+            j.insert(
+                "tcpKeepAliveInterval".into(),
+                json!(so.tcp_keep_alive_interval),
+            );
+        }
+        if !so.interface.is_empty() {
+            j.insert("interface".into(), json!(so.interface));
+        }
+        if !so.dialer_proxy.is_empty() {
+            j.insert("dialerProxy".into(), json!(so.dialer_proxy));
+        }
+        if so.tproxy != 0 {
+            return Err("transport/internet: tproxy is not supported by Ferry yet".into());
+        }
+        if !j.is_empty() {
+            o.insert("sockopt".into(), Value::Object(j));
+        }
+    }
+    Ok(Value::Object(o))
+}
+
+fn tls(t: &pb::TlsConfig, outbound: bool) -> Value {
+    let mut o = Map::new();
+    let certs: Vec<Value> = t
+        .certificate
+        .iter()
+        .map(|c| {
+            let lines = |b: &[u8]| -> Vec<String> {
+                String::from_utf8_lossy(b)
+                    .lines()
+                    .map(str::to_string)
+                    .collect()
+            };
+            let mut e = Map::new();
+            e.insert("certificate".into(), json!(lines(&c.certificate)));
+            e.insert("key".into(), json!(lines(&c.key)));
+            if c.usage == 1 {
+                e.insert("usage".into(), json!("verify"));
+            } else if c.usage == 2 {
+                e.insert("usage".into(), json!("issue"));
+            }
+            Value::Object(e)
+        })
+        .collect();
+    if !certs.is_empty() {
+        o.insert("certificates".into(), json!(certs));
+    }
+    if !t.server_name.is_empty() {
+        o.insert("serverName".into(), json!(t.server_name));
+    }
+    if !t.next_protocol.is_empty() {
+        o.insert("alpn".into(), json!(t.next_protocol));
+    }
+    for (k, v) in [
+        ("minVersion", &t.min_version),
+        ("maxVersion", &t.max_version),
+    ] {
+        if !v.is_empty() {
+            o.insert(k.into(), json!(v));
+        }
+    }
+    if t.reject_unknown_sni {
+        o.insert("rejectUnknownSni".into(), json!(true));
+    }
+    if t.enable_session_resumption {
+        o.insert("enableSessionResumption".into(), json!(true));
+    }
+    if t.disable_system_root {
+        o.insert("disableSystemRoot".into(), json!(true));
+    }
+    if outbound && !t.fingerprint.is_empty() {
+        o.insert("fingerprint".into(), json!(t.fingerprint));
+    }
+    if !t.pinned_peer_cert_sha256.is_empty() {
+        let pins: Vec<String> = t
+            .pinned_peer_cert_sha256
+            .iter()
+            .map(|p| p.iter().map(|b| format!("{b:02x}")).collect())
+            .collect();
+        o.insert("pinnedPeerCertSha256".into(), json!(pins));
+    }
+    Value::Object(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounts_of_another_protocol_are_an_error_not_a_crash() {
+        let u = pb::User {
+            level: 0,
+            email: "a".into(),
+            account: Some(pb::TypedMessage::of(
+                "xray.proxy.trojan.Account",
+                &pb::TrojanAccount {
+                    password: "p".into(),
+                },
+            )),
+        };
+        assert!(user_to_json("vless", &u)
+            .unwrap_err()
+            .contains("not an account"));
+        assert_eq!(user_to_json("trojan", &u).unwrap()["password"], "p");
+        let none = pb::User {
+            account: None,
+            ..u.clone()
+        };
+        assert_eq!(
+            user_to_json("trojan", &none).unwrap_err(),
+            "common/protocol: Account is missing"
+        );
+        let unknown = pb::User {
+            account: Some(pb::TypedMessage {
+                r#type: "x.y".into(),
+                value: vec![],
+            }),
+            ..u
+        };
+        assert_eq!(
+            user_to_json("trojan", &unknown).unwrap_err(),
+            "proto: not found"
+        );
+    }
+
+    #[test]
+    fn users_go_to_json_and_back() {
+        for (p, c) in [
+            (
+                "vless",
+                json!({"id": "5f1c2a4e-0000-4000-8000-000000000001", "email": "a", "level": 1}),
+            ),
+            (
+                "trojan",
+                json!({"password": "pw", "email": "b", "level": 0}),
+            ),
+            (
+                "shadowsocks",
+                json!({"password": "pw", "method": "aes-128-gcm", "email": "c", "level": 0}),
+            ),
+        ] {
+            let u = user_from_json(p, &c, None);
+            let back = user_to_json(p, &u).unwrap();
+            for k in ["email", "id", "password", "method"] {
+                assert_eq!(back.get(k), c.get(k), "{p} {k}");
+            }
+        }
+    }
+}

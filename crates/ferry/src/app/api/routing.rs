@@ -1,0 +1,397 @@
+//! RoutingService (`xray.app.router.command`): the calls panels make that Ferry's router can
+//! answer — TestRoute (which outbound a connection would take), AddRule (rules of an
+//! `xray.app.router.Config` as Xray v26.3 lays it out, turned into Ferry's JSON rules),
+//! ListRule and RemoveRule by `ruleTag`. The balancer calls (Ferry has no balancers yet)
+//! answer with an error naming what is missing.
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use bytes::Bytes;
+use prost::Message;
+use tonic::Status;
+
+use super::grpc::{decode, unknown, Api};
+use crate::common::{Address, Destination, Network};
+use crate::session::{Endpoint, Session, User};
+
+/// `xray.app.router.command.RoutingContext` (the fields a route depends on).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RoutingContext {
+    #[prost(string, tag = "1")]
+    pub inbound_tag: String,
+    #[prost(int32, tag = "2")]
+    pub network: i32,
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    pub source_ips: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "4")]
+    pub target_ips: Vec<Vec<u8>>,
+    #[prost(uint32, tag = "5")]
+    pub source_port: u32,
+    #[prost(uint32, tag = "6")]
+    pub target_port: u32,
+    #[prost(string, tag = "7")]
+    pub target_domain: String,
+    #[prost(string, tag = "8")]
+    pub protocol: String,
+    #[prost(string, tag = "9")]
+    pub user: String,
+    #[prost(string, tag = "12")]
+    pub outbound_tag: String,
+    #[prost(bytes = "vec", repeated, tag = "13")]
+    pub local_ips: Vec<Vec<u8>>,
+    #[prost(uint32, tag = "14")]
+    pub local_port: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TestRouteRequest {
+    #[prost(message, optional, tag = "1")]
+    routing_context: Option<RoutingContext>,
+    #[prost(string, repeated, tag = "2")]
+    field_selectors: Vec<String>,
+    #[prost(bool, tag = "3")]
+    publish_result: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RemoveRuleRequest {
+    #[prost(string, tag = "1")]
+    rule_tag: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ListRuleItem {
+    #[prost(string, tag = "1")]
+    tag: String,
+    #[prost(string, tag = "2")]
+    rule_tag: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ListRuleResponse {
+    #[prost(message, repeated, tag = "1")]
+    rules: Vec<ListRuleItem>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct AddRuleRequest {
+    #[prost(message, optional, tag = "1")]
+    config: Option<super::pb::TypedMessage>,
+    #[prost(bool, tag = "2")]
+    should_append: bool,
+}
+
+/// `xray.app.router.Config` (v26.3 layout).
+#[derive(Clone, PartialEq, prost::Message)]
+struct RouterConfig {
+    #[prost(int32, tag = "1")]
+    domain_strategy: i32,
+    #[prost(message, repeated, tag = "2")]
+    rule: Vec<RoutingRule>,
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    balancing_rule: Vec<Vec<u8>>,
+}
+
+/// `xray.app.router.RoutingRule`: the conditions Ferry's router has.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RoutingRule {
+    #[prost(string, tag = "1")]
+    tag: String,
+    #[prost(string, tag = "12")]
+    balancing_tag: String,
+    #[prost(string, tag = "19")]
+    rule_tag: String,
+    #[prost(message, repeated, tag = "2")]
+    domain: Vec<Domain>,
+    #[prost(message, repeated, tag = "10")]
+    geoip: Vec<GeoIp>,
+    #[prost(message, optional, tag = "14")]
+    port_list: Option<super::pb::PortList>,
+    #[prost(int32, repeated, tag = "13")]
+    networks: Vec<i32>,
+    #[prost(message, repeated, tag = "11")]
+    source_geoip: Vec<GeoIp>,
+    #[prost(message, optional, tag = "16")]
+    source_port_list: Option<super::pb::PortList>,
+    #[prost(string, repeated, tag = "7")]
+    user_email: Vec<String>,
+    #[prost(string, repeated, tag = "8")]
+    inbound_tag: Vec<String>,
+    #[prost(string, repeated, tag = "9")]
+    protocol: Vec<String>,
+    #[prost(map = "string, string", tag = "15")]
+    attributes: std::collections::HashMap<String, String>,
+    #[prost(message, repeated, tag = "17")]
+    local_geoip: Vec<GeoIp>,
+    #[prost(message, optional, tag = "18")]
+    local_port_list: Option<super::pb::PortList>,
+    #[prost(string, repeated, tag = "21")]
+    process: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Domain {
+    /// Plain = 0 (keyword), Regex = 1, Domain = 2, Full = 3.
+    #[prost(int32, tag = "1")]
+    r#type: i32,
+    #[prost(string, tag = "2")]
+    value: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GeoIp {
+    #[prost(string, tag = "1")]
+    country_code: String,
+    #[prost(message, repeated, tag = "2")]
+    cidr: Vec<Cidr>,
+    #[prost(bool, tag = "3")]
+    reverse_match: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Cidr {
+    #[prost(bytes = "vec", tag = "1")]
+    ip: Vec<u8>,
+    #[prost(uint32, tag = "2")]
+    prefix: u32,
+}
+
+fn ports(p: &Option<super::pb::PortList>) -> Option<String> {
+    let r = &p.as_ref()?.range;
+    (!r.is_empty()).then(|| {
+        r.iter()
+            .map(|p| {
+                if p.from == p.to {
+                    p.from.to_string()
+                } else {
+                    format!("{}-{}", p.from, p.to)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    })
+}
+
+fn cidrs(g: &[GeoIp], what: &str) -> Result<Option<Vec<String>>, String> {
+    let mut out = Vec::new();
+    for g in g {
+        if !g.country_code.is_empty() || g.reverse_match {
+            return Err(format!(
+                "{what}: geoip lists are not supported by Ferry yet (custom CIDRs are)"
+            ));
+        }
+        for c in &g.cidr {
+            let ip = ip_of(&c.ip).ok_or_else(|| format!("{what}: bad IP {:?}", c.ip))?;
+            out.push(format!("{ip}/{}", c.prefix));
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// One rule as Ferry's JSON rule object.
+fn rule_json(r: &RoutingRule) -> Result<Value, String> {
+    if !r.balancing_tag.is_empty() {
+        return Err("balancers are not supported by Ferry yet".into());
+    }
+    for (on, what) in [
+        (!r.protocol.is_empty(), "protocol"),
+        (!r.attributes.is_empty(), "attributes"),
+        (!r.local_geoip.is_empty(), "localIP"),
+        (r.local_port_list.is_some(), "localPort"),
+        (!r.process.is_empty(), "process"),
+    ] {
+        if on {
+            return Err(format!(
+                "rule condition {what} is not supported by Ferry yet"
+            ));
+        }
+    }
+    let mut o = Map::new();
+    o.insert("outboundTag".into(), json!(r.tag));
+    if !r.rule_tag.is_empty() {
+        o.insert("ruleTag".into(), json!(r.rule_tag));
+    }
+    if !r.domain.is_empty() {
+        let d: Vec<String> = r
+            .domain
+            .iter()
+            .map(|d| match d.r#type {
+                1 => format!("regexp:{}", d.value),
+                2 => format!("domain:{}", d.value),
+                3 => format!("full:{}", d.value),
+                _ => format!("keyword:{}", d.value),
+            })
+            .collect();
+        o.insert("domain".into(), json!(d));
+    }
+    if let Some(ips) = cidrs(&r.geoip, "ip")? {
+        o.insert("ip".into(), json!(ips));
+    }
+    if let Some(ips) = cidrs(&r.source_geoip, "source")? {
+        o.insert("source".into(), json!(ips));
+    }
+    if let Some(p) = ports(&r.port_list) {
+        o.insert("port".into(), json!(p));
+    }
+    if let Some(p) = ports(&r.source_port_list) {
+        o.insert("sourcePort".into(), json!(p));
+    }
+    let nets: Vec<&str> = r
+        .networks
+        .iter()
+        .filter_map(|n| match *n {
+            super::pb::network::TCP => Some("tcp"),
+            super::pb::network::UDP => Some("udp"),
+            _ => None,
+        })
+        .collect();
+    if !nets.is_empty() {
+        o.insert("network".into(), json!(nets.join(",")));
+    }
+    if !r.user_email.is_empty() {
+        o.insert("user".into(), json!(r.user_email));
+    }
+    if !r.inbound_tag.is_empty() {
+        o.insert("inboundTag".into(), json!(r.inbound_tag));
+    }
+    Ok(Value::Object(o))
+}
+
+/// Adds the rules of a router config after the running ones (`shouldAppend`), or replaces
+/// them all, as Xray does.
+fn add_rule(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
+    let r: AddRuleRequest = decode(req)?;
+    let err = |e: String| unknown(format!("app/router: failed to add rules > {e}"));
+    let cfg = r
+        .config
+        .ok_or_else(|| err("the router config is missing".into()))?;
+    if cfg.r#type != "xray.app.router.Config" {
+        return Err(err(format!("not a router config: {}", cfg.r#type)));
+    }
+    let c = <RouterConfig as Message>::decode(cfg.value.as_slice())
+        .map_err(|_| err("proto: cannot parse invalid wire-format data".into()))?;
+    if !c.balancing_rule.is_empty() {
+        return Err(err("balancers are not supported by Ferry yet".into()));
+    }
+    let rules = c
+        .rule
+        .iter()
+        .map(rule_json)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
+    let table = api.core.dispatcher.outbounds.load();
+    for j in &rules {
+        let t = j["outboundTag"].as_str().unwrap_or("");
+        if table.get(t).is_none() {
+            return Err(err(format!("no outbound is tagged {t:?}")));
+        }
+    }
+    let doc = json!({ "rules": rules });
+    let diag = crate::config::Diagnostics::default();
+    let parsed = crate::config::Obj::new(&doc, "routing", &diag)
+        .and_then(|o| crate::app::router::Router::parse(&o))
+        .map_err(|e| err(e.to_string()))?;
+    api.core.dispatcher.router.update(|old| {
+        let mut all = if r.should_append {
+            old.rules.clone()
+        } else {
+            Vec::new()
+        };
+        all.extend(parsed.rules);
+        (crate::app::router::Router::new(all, old.strategy), ())
+    });
+    Ok(Vec::new())
+}
+
+/// Runs `method`; `None` when the service has no such method.
+pub async fn call(api: &Api, method: &str, req: Bytes) -> Option<Result<Vec<u8>, Status>> {
+    let router = &api.core.dispatcher.router;
+    Some(match method {
+        "TestRoute" => test_route(api, &req).await,
+        "ListRule" => Ok(ListRuleResponse {
+            rules: router
+                .load()
+                .rules
+                .iter()
+                .map(|r| ListRuleItem {
+                    tag: r.outbound.clone(),
+                    rule_tag: r.tag.clone().unwrap_or_default(),
+                })
+                .collect(),
+        }
+        .encode_to_vec()),
+        "RemoveRule" => decode::<RemoveRuleRequest>(&req).and_then(|r| {
+            if r.rule_tag.is_empty() {
+                return Err(unknown("empty tag name!"));
+            }
+            router.update(|old| {
+                let rules = old
+                    .rules
+                    .iter()
+                    .filter(|x| x.tag.as_deref() != Some(r.rule_tag.as_str()))
+                    .cloned()
+                    .collect();
+                (crate::app::router::Router::new(rules, old.strategy), ())
+            });
+            Ok(Vec::new())
+        }),
+        "AddRule" => add_rule(api, &req),
+        "GetBalancerInfo" | "OverrideBalancerTarget" => {
+            Err(unknown("app/router/command: Ferry has no balancers yet"))
+        }
+        "SubscribeRoutingStats" => Err(unknown("Routing statistics not enabled.")),
+        _ => return None,
+    })
+}
+
+fn ip_of(b: &[u8]) -> Option<IpAddr> {
+    match b.len() {
+        4 => <[u8; 4]>::try_from(b).ok().map(IpAddr::from),
+        16 => <[u8; 16]>::try_from(b).ok().map(IpAddr::from),
+        _ => None,
+    }
+}
+
+/// Routes the described connection with the running router; the answer is the context with
+/// `OutboundTag` set. No matching rule: Xray's "not enough information" (panels read it as
+/// "the default outbound").
+async fn test_route(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
+    let r: TestRouteRequest = decode(req)?;
+    let mut ctx = r
+        .routing_context
+        .ok_or_else(|| unknown("Invalid routing request."))?;
+    let dest_addr = match ctx.target_ips.first().and_then(|b| ip_of(b)) {
+        _ if !ctx.target_domain.is_empty() => Address::Domain(ctx.target_domain.clone()),
+        Some(ip) => Address::Ip(ip),
+        None => Address::Domain(String::new()),
+    };
+    let endpoint = |ips: &[Vec<u8>], port: u32| {
+        let ip = ips
+            .first()
+            .and_then(|b| ip_of(b))
+            .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        Endpoint::Ip(std::net::SocketAddr::new(ip, port as u16))
+    };
+    let session = Session {
+        inbound_tag: ctx.inbound_tag.as_str().into(),
+        source: endpoint(&ctx.source_ips, ctx.source_port),
+        local: endpoint(&ctx.local_ips, ctx.local_port),
+        dest: Destination::new(dest_addr, ctx.target_port as u16),
+        network: if ctx.network == super::pb::network::UDP {
+            Network::Udp
+        } else {
+            Network::Tcp
+        },
+        user: (!ctx.user.is_empty()).then(|| User::new(ctx.user.as_str(), 0)),
+        protocol: "api",
+    };
+    let router = api.core.dispatcher.router.load();
+    let rule = router
+        .route(&session)
+        .await
+        .ok_or_else(|| unknown("common: not enough information for making a decision"))?;
+    ctx.outbound_tag = rule.outbound.clone();
+    Ok(ctx.encode_to_vec())
+}

@@ -1,0 +1,512 @@
+//! Xray's gRPC API driven by Xray's own client, `xray api` (from the peers' Xray): inbounds
+//! and users added and removed, traffic pushed as a user through a Ferry client, its counters
+//! read exactly and reset, online users and IPs, system stats, and Xray's error texts for bad
+//! requests. Both ways in: `api.listen`, and the older form (a tunnel inbound routed to the
+//! API's tag).
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// Runs `xray api ARGS...` against `server`; returns (success, stdout, stderr).
+fn xapi(server: u16, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(peer("xray"));
+    cmd.arg("api").arg(args[0]);
+    cmd.arg(format!("--server=127.0.0.1:{server}"));
+    cmd.args(&args[1..]);
+    let o = cmd.stdin(Stdio::null()).output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Runs `xray api ...`, asserts it succeeded, and parses its JSON output.
+fn xjson(server: u16, args: &[&str]) -> Value {
+    let (ok, out, err) = xapi(server, args);
+    assert!(ok, "xray api {args:?} failed:\n{out}\n{err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The value of each stat in a QueryStats/GetStats answer (proto3 leaves zeros out).
+fn stats_of(v: &Value) -> Vec<(String, u64)> {
+    let list = match (v.get("stat"), v.get("stat").and_then(Value::as_array)) {
+        (_, Some(a)) => a.clone(),
+        (Some(one), None) => vec![one.clone()],
+        _ => Vec::new(),
+    };
+    let mut out: Vec<(String, u64)> = list
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or("").to_string(),
+                s.get("value")
+                    .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+                    .unwrap_or(0),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn write_json(dir: &std::path::Path, name: &str, v: &Value) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, v.to_string()).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Whether a connection to `port` echoes `n` bytes within two seconds.
+fn echoes(port: u16, n: usize) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let data = pattern(n, 9);
+    if s.write_all(&data).is_err() {
+        return false;
+    }
+    let mut got = vec![0u8; n];
+    s.read_exact(&mut got).is_ok() && got == data
+}
+
+fn api_config(api: u16, legacy: u16, extra_inbounds: Vec<Value>) -> String {
+    let mut inbounds = vec![
+        json!({"tag": "api-in", "listen": "127.0.0.1", "port": legacy,
+        "protocol": "tunnel", "settings": {"rewriteAddress": "127.0.0.1"}}),
+    ];
+    inbounds.extend(extra_inbounds);
+    json!({
+        "log": {"loglevel": "info"},
+        "api": {"tag": "api", "listen": format!("127.0.0.1:{api}"),
+                "services": ["HandlerService", "StatsService", "LoggerService", "RoutingService"]},
+        "stats": {},
+        "policy": {"levels": {"0": {"statsUserUplink": true, "statsUserDownlink": true, "statsUserOnline": true}},
+                   "system": {"statsInboundUplink": true, "statsInboundDownlink": true,
+                              "statsOutboundUplink": true, "statsOutboundDownlink": true}},
+        "inbounds": inbounds,
+        "outbounds": [{"tag": "direct", "protocol": "freedom"}],
+        "routing": {"rules": [{"inboundTag": ["api-in"], "outboundTag": "api"}]}
+    })
+    .to_string()
+}
+
+#[test]
+fn xray_api_drives_inbounds_users_and_stats() {
+    let echo = echo_server();
+    let (api, legacy, tport, cport) = (free_port(), free_port(), free_port(), free_port());
+    let server = ferry(&api_config(api, legacy, vec![]), &[api, legacy]);
+    let dir = tempdir::Dir::new("api-files");
+
+    // Add a Trojan inbound with no users, then a user.
+    let inbound = |clients: Value| {
+        json!({"inbounds": [{"tag": "tr", "listen": "127.0.0.1", "port": tport, "protocol": "trojan",
+                             "settings": {"clients": clients}}]})
+    };
+    let adi = write_json(dir.path(), "in.json", &inbound(json!([])));
+    let (ok, out, err) = xapi(api, &["adi", &adi]);
+    assert!(ok, "adi: {out}{err}\n{}", server.output());
+    wait_listening(tport, &server);
+    let adu = write_json(
+        dir.path(),
+        "users.json",
+        &inbound(json!([{"password": "pw-alice", "email": "Alice@x"}])),
+    );
+    let (_, out, err) = xapi(api, &["adu", &adu]);
+    assert!(out.contains("result: ok"), "adu: {out}{err}");
+    // Again: Xray's text for a user that exists (adu prints it and exits 0).
+    let (_, out, err) = xapi(api, &["adu", &adu]);
+    assert!(
+        out.contains("proxy/trojan: User Alice@x already exists."),
+        "{out}{err}"
+    );
+
+    // A Ferry client sends as alice from 127.0.0.2 (Xray never counts 127.0.0.1 as online).
+    let client = ferry(
+        &json!({
+            "inbounds": [{"tag": "c", "listen": "127.0.0.1", "port": cport, "protocol": "dokodemo-door",
+                          "settings": {"address": "127.0.0.1", "port": echo.port()}}],
+            "outbounds": [{"protocol": "trojan", "sendThrough": "127.0.0.2",
+                           "settings": {"servers": [{"address": "127.0.0.1", "port": tport, "password": "pw-alice"}]}}]
+        })
+        .to_string(),
+        &[cport],
+    );
+    let data = pattern(100_000, 1);
+    let s = TcpStream::connect(("127.0.0.1", cport)).unwrap();
+    assert!(echo_through(s, &data) == data, "echo through the user");
+    // One connection stays open for the online checks and the removal.
+    let mut live = TcpStream::connect(("127.0.0.1", cport)).unwrap();
+    live.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    live.write_all(b"hi").unwrap();
+    let mut b2 = [0u8; 2];
+    live.read_exact(&mut b2).unwrap();
+
+    // Exact counters, by pattern and by name; reset returns the old value and zeroes it.
+    let q = xjson(api, &["statsquery", "-pattern", "user>>>Alice@x>>>"]);
+    assert_eq!(
+        stats_of(&q),
+        vec![
+            ("user>>>Alice@x>>>traffic>>>downlink".to_string(), 100_002),
+            ("user>>>Alice@x>>>traffic>>>uplink".to_string(), 100_002),
+        ],
+        "{q}"
+    );
+    let up = "user>>>Alice@x>>>traffic>>>uplink";
+    let r = xjson(api, &["stats", "-name", up, "-reset"]);
+    assert_eq!(stats_of(&r), vec![(up.to_string(), 100_002)]);
+    let r = xjson(api, &["stats", "-name", up]);
+    assert_eq!(stats_of(&r), vec![(up.to_string(), 0)]);
+    // Inbound counters exist from creation; the legacy form answers the same API.
+    let q = xjson(legacy, &["statsquery", "-pattern", "inbound>>>tr>>>"]);
+    assert_eq!(stats_of(&q).len(), 2, "{q}");
+    let (ok, _, err) = xapi(api, &["stats", "-name", "user>>>nobody>>>traffic>>>uplink"]);
+    assert!(
+        !ok && err.contains("NotFound")
+            && err.contains("user>>>nobody>>>traffic>>>uplink not found."),
+        "{err}"
+    );
+
+    // Online: one IP (127.0.0.2) with an open connection.
+    let o = xjson(api, &["statsonline", "-email", "Alice@x"]);
+    assert_eq!(
+        stats_of(&o),
+        vec![("user>>>Alice@x>>>online".into(), 1)],
+        "{o}"
+    );
+    let ips = xjson(api, &["statsonlineiplist", "-email", "Alice@x"]);
+    assert!(ips["ips"].get("127.0.0.2").is_some(), "{ips}");
+    let all = xjson(api, &["statsgetallonlineusers"]);
+    assert!(all.to_string().contains("user>>>Alice@x>>>online"), "{all}");
+
+    // Users and inbounds listed.
+    let u = xjson(api, &["inbounduser", "-tag", "tr"]);
+    assert_eq!(u["users"][0]["email"], "Alice@x", "{u}");
+    assert_eq!(u["users"][0]["account"]["password"], "pw-alice", "{u}");
+    let c = xjson(api, &["inboundusercount", "-tag", "tr"]);
+    assert_eq!(
+        c["count"]
+            .as_i64()
+            .or_else(|| c["count"].as_str()?.parse().ok()),
+        Some(1)
+    );
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    let tags: Vec<&str> = l["inbounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["tag"].as_str())
+        .collect();
+    assert_eq!(tags, ["api-in", "tr"], "{l}");
+    let s = xjson(api, &["statssys"]);
+    assert!(s["NumGoroutine"].as_u64().unwrap_or(0) > 0, "{s}");
+
+    // Remove the user (case-insensitively): its live connection closes, a new one is refused.
+    let (_, out, err) = xapi(api, &["rmu", "-tag", "tr", "alice@x"]);
+    assert!(out.contains("Removed 1 user(s)"), "{out}{err}");
+    let t = Instant::now();
+    let mut buf = [0u8; 16];
+    let closed = matches!(live.read(&mut buf), Ok(0) | Err(_));
+    assert!(
+        closed && t.elapsed() < Duration::from_secs(4),
+        "the removed user's live connection must close"
+    );
+    assert!(!echoes(cport, 1000), "a removed user must be refused");
+    let (_, out, _) = xapi(api, &["rmu", "-tag", "tr", "alice@x"]);
+    assert!(
+        out.contains("proxy/trojan: User alice@x not found."),
+        "{out}"
+    );
+
+    // Remove the inbound: its port is free when the call returns.
+    let (ok, out, err) = xapi(api, &["rmi", "tr"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        TcpStream::connect(("127.0.0.1", tport)).is_err(),
+        "port closed after rmi"
+    );
+    let (ok, _, err) = xapi(api, &["rmi", "tr"]);
+    assert!(
+        !ok && err.contains("common: not enough information for making a decision"),
+        "{err}"
+    );
+    // Counters stay after removal (as in Xray).
+    let q = xjson(
+        api,
+        &["statsquery", "-pattern", "Alice@x>>>traffic>>>downlink"],
+    );
+    assert_eq!(stats_of(&q).len(), 1, "{q}");
+    let (ok, out, err) = xapi(api, &["restartlogger"]);
+    assert!(ok, "{out}{err}");
+    drop(client);
+}
+
+#[test]
+fn xray_api_outbounds_and_bad_requests() {
+    let (api, legacy, busy_port) = (free_port(), free_port(), free_port());
+    let vport = free_port();
+    let server = ferry(
+        &api_config(
+            api,
+            legacy,
+            vec![
+                json!({"tag": "vl", "listen": "127.0.0.1", "port": vport, "protocol": "vless",
+                        "settings": {"decryption": "none", "clients": [
+                            {"id": "5f1c2a4e-0000-4000-8000-000000000001", "email": "u1@x"}]}}),
+            ],
+        ),
+        &[api, vport],
+    );
+    let dir = tempdir::Dir::new("api-bad");
+
+    // Outbounds: add, list (the API's own is hidden), refuse a duplicate, remove.
+    let out = write_json(
+        dir.path(),
+        "out.json",
+        &json!({"outbounds": [{"tag": "out-socks", "protocol": "socks",
+                               "settings": {"servers": [{"address": "127.0.0.1", "port": 1080}]}}]}),
+    );
+    let (ok, o, e) = xapi(api, &["ado", &out]);
+    assert!(ok, "{o}{e}");
+    let l = xjson(api, &["lso"]);
+    let tags: Vec<&str> = l["outbounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["tag"].as_str())
+        .collect();
+    assert_eq!(tags, ["direct", "out-socks"], "{l}");
+    let (ok, _, e) = xapi(api, &["ado", &out]);
+    assert!(!ok && e.contains("existing tag found: out-socks"), "{e}");
+    let (ok, _, e) = xapi(api, &["rmo", "out-socks"]);
+    assert!(ok, "{e}");
+    let l = xjson(api, &["lso"]);
+    assert!(!l.to_string().contains("out-socks"), "{l}");
+
+    // Users: unknown inbound, bad id, duplicate (emails compare case-insensitively).
+    let users = |tag: &str, id: &str, email: &str| {
+        json!({"inbounds": [{"tag": tag, "port": vport, "protocol": "vless",
+               "settings": {"decryption": "none", "clients": [{"id": id, "email": email}]}}]})
+    };
+    let f = write_json(
+        dir.path(),
+        "u1.json",
+        &users("nope", "5f1c2a4e-0000-4000-8000-000000000002", "u2@x"),
+    );
+    let (_, o, _) = xapi(api, &["adu", &f]);
+    assert!(
+        o.contains("app/proxyman/command: failed to get handler: nope > app/proxyman/inbound: handler not found: nope"),
+        "{o}"
+    );
+    let f = write_json(
+        dir.path(),
+        "u2.json",
+        &users("vl", "5f1c2a4e-0000-4000-8000-000000000003", "U1@X"),
+    );
+    let (_, o, _) = xapi(api, &["adu", &f]);
+    assert!(o.contains("proxy/vless: User U1@X already exists."), "{o}");
+    let (_, o, _) = xapi(api, &["rmu", "-tag", "vl", "ghost@x"]);
+    assert!(o.contains("proxy/vless: User ghost@x not found."), "{o}");
+    let (_, o, _) = xapi(api, &["rmu", "-tag", "api-in", "u1@x"]);
+    assert!(
+        o.contains("app/proxyman/command: proxy is not a UserManager"),
+        "{o}"
+    );
+
+    // An inbound on a busy port: an error, and nothing of it stays registered.
+    let _hold = std::net::TcpListener::bind(("127.0.0.1", busy_port)).unwrap();
+    let f = write_json(
+        dir.path(),
+        "busy.json",
+        &json!({"inbounds": [{"tag": "busy", "listen": "127.0.0.1", "port": busy_port,
+                              "protocol": "vless", "settings": {"decryption": "none", "clients": []}}]}),
+    );
+    let (ok, _, e) = xapi(api, &["adi", &f]);
+    assert!(!ok && e.contains("address already in use"), "{e}");
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    assert!(!l.to_string().contains("busy"), "{l}");
+    // An existing tag.
+    let f = write_json(
+        dir.path(),
+        "dup.json",
+        &json!({"inbounds": [{"tag": "vl", "listen": "127.0.0.1", "port": free_port(),
+                              "protocol": "vless", "settings": {"decryption": "none", "clients": []}}]}),
+    );
+    let (ok, _, e) = xapi(api, &["adi", &f]);
+    assert!(
+        !ok && e.contains("app/proxyman/inbound: existing tag found: vl"),
+        "{e}"
+    );
+
+    // The running config is unchanged by all of it: the first user still works as listed.
+    let u = xjson(api, &["inbounduser", "-tag", "vl"]);
+    assert_eq!(u["users"].as_array().map(Vec::len), Some(1), "{u}");
+    assert_eq!(u["users"][0]["email"], "u1@x");
+    drop(server);
+}
+
+/// QueryStats with reset, called again and again while a user's bytes are spliced through a
+/// plain VLESS inbound: every byte is reported exactly once across the resets.
+#[test]
+fn resetting_queries_lose_and_double_no_byte() {
+    let echo = echo_server();
+    let (api, legacy, vport, cport) = (free_port(), free_port(), free_port(), free_port());
+    let id = "5f1c2a4e-0000-4000-8000-000000000009";
+    let _server = ferry(
+        &api_config(
+            api,
+            legacy,
+            vec![
+                json!({"tag": "vl", "listen": "127.0.0.1", "port": vport, "protocol": "vless",
+                        "settings": {"decryption": "none", "clients": [{"id": id, "email": "s@x"}]}}),
+            ],
+        ),
+        &[api, vport],
+    );
+    let _client = ferry(
+        &json!({
+            "inbounds": [{"tag": "c", "listen": "127.0.0.1", "port": cport, "protocol": "dokodemo-door",
+                          "settings": {"address": "127.0.0.1", "port": echo.port()}}],
+            "outbounds": [{"protocol": "vless", "settings": {"address": "127.0.0.1", "port": vport, "id": id, "encryption": "none"}}]
+        })
+        .to_string(),
+        &[cport],
+    );
+    let total: usize = 24 << 20;
+    let want = total as u64;
+    let data = pattern(total, 5);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poll = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let (mut up, mut down, mut calls, mut after) = (0u64, 0u64, 0, 0);
+            loop {
+                let last = done.load(std::sync::atomic::Ordering::Acquire);
+                let q = xjson(api, &["statsquery", "-pattern", "user>>>s@x>>>", "-reset"]);
+                for (n, v) in stats_of(&q) {
+                    if n.ends_with("uplink") {
+                        up += v;
+                    } else {
+                        down += v;
+                    }
+                }
+                calls += 1;
+                // The relay adds a chunk just after writing it: the client may have read the
+                // last bytes a moment before they are counted.
+                if last && ((up, down) == (want, want) || after == 50) {
+                    return (up, down, calls);
+                }
+                if last {
+                    after += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        })
+    };
+    let s = TcpStream::connect(("127.0.0.1", cport)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let out = data.clone();
+    let writer = std::thread::spawn(move || {
+        for c in out.chunks(1 << 20) {
+            w.write_all(c).unwrap();
+            std::thread::sleep(Duration::from_millis(40));
+        }
+    });
+    let mut got = vec![0u8; total];
+    let mut r = s;
+    r.read_exact(&mut got).unwrap();
+    writer.join().unwrap();
+    assert!(got == data, "echo intact");
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let (up, down, calls) = poll.join().unwrap();
+    assert!(
+        calls > 5,
+        "only {calls} resetting queries ran during the transfer"
+    );
+    assert_eq!((up, down), (want, want), "after {calls} resets");
+}
+
+/// A connection to 127.0.0.1:`port` from the local address `from`.
+fn connect_from(from: [u8; 4], port: u16) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from((from, 0)).into())
+        .unwrap();
+    s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    s.into()
+}
+
+/// Whether a connection from `from` through `port` echoes within two seconds.
+fn echoes_from(from: [u8; 4], port: u16) -> bool {
+    let mut s = connect_from(from, port);
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let data = pattern(500, 3);
+    if s.write_all(&data).is_err() {
+        return false;
+    }
+    let mut got = vec![0u8; data.len()];
+    s.read_exact(&mut got).is_ok() && got == data
+}
+
+/// Routing rules through `xray api`: a source IP blocked (`sib`, as panels block abusers),
+/// listed, removed; a rule naming an outbound that does not exist refused. The API's own
+/// rule (the older form) keeps working throughout.
+#[test]
+fn xray_api_routing_rules() {
+    let echo = echo_server();
+    let (api, legacy, dport) = (free_port(), free_port(), free_port());
+    let mut cfg: Value = serde_json::from_str(&api_config(
+        api,
+        legacy,
+        vec![
+            json!({"tag": "d", "listen": "127.0.0.1", "port": dport, "protocol": "dokodemo-door",
+                    "settings": {"address": "127.0.0.1", "port": echo.port()}}),
+        ],
+    ))
+    .unwrap();
+    cfg["outbounds"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"tag": "blocked", "protocol": "blackhole"}));
+    let _server = ferry(&cfg.to_string(), &[api, legacy, dport]);
+    assert!(echoes_from([127, 0, 0, 2], dport));
+
+    let (ok, out, err) = xapi(
+        api,
+        &["sib", "-outbound=blocked", "-inbound=d", "127.0.0.2"],
+    );
+    assert!(ok, "sib: {out}{err}");
+    assert!(!echoes_from([127, 0, 0, 2], dport), "a blocked source");
+    assert!(echoes_from([127, 0, 0, 3], dport), "another source");
+    let l = xjson(api, &["lsrules"]);
+    assert!(l.to_string().contains("sourceIpBlock"), "{l}");
+    // The older form's API rule is still there.
+    let q = xjson(legacy, &["statsquery", "-pattern", "inbound>>>d>>>"]);
+    assert_eq!(stats_of(&q).len(), 2, "{q}");
+
+    let (ok, out, err) = xapi(api, &["rmrules", "sourceIpBlock"]);
+    assert!(ok, "rmrules: {out}{err}");
+    assert!(echoes_from([127, 0, 0, 2], dport), "unblocked");
+
+    let dir = tempdir::Dir::new("api-rules");
+    let f = write_json(
+        dir.path(),
+        "r.json",
+        &json!({"routing": {"rules": [{"inboundTag": ["d"], "outboundTag": "nowhere", "ruleTag": "x"}]}}),
+    );
+    let (ok, _, err) = xapi(api, &["adrules", "-append", &f]);
+    assert!(!ok && err.contains("no outbound is tagged"), "{err}");
+    let l = xjson(api, &["lsrules"]);
+    assert!(
+        !l.to_string().contains("\"x\""),
+        "refused rules are not added: {l}"
+    );
+}
