@@ -12,6 +12,8 @@ pub struct Stats {
     /// Counters made ahead of their first use (a user's, when the user is added): they count
     /// already, and are listed from their first connection on, as Xray lists them.
     unlisted: RwLock<BTreeMap<String, Arc<AtomicU64>>>,
+    /// Rejected handshakes by inbound and reason (metrics only: not Xray counters).
+    pub rejects: crate::rejects::Rejects,
 }
 
 /// `inbound>>>TAG>>>traffic>>>uplink` and its kin.
