@@ -39,7 +39,7 @@ enum End {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum When {
-    /// Within 0.4 s.
+    /// Within 0.5 s.
     AtOnce,
     /// Around the handshake timeout.
     Handshake,
@@ -67,7 +67,7 @@ struct Seen {
 
 fn bucket(t: Duration) -> When {
     let hs = Duration::from_secs(HANDSHAKE);
-    if t < Duration::from_millis(400) {
+    if t < Duration::from_millis(500) {
         When::AtOnce
     } else if t >= hs.mul_f64(0.8) && t <= hs + Duration::from_millis(800) {
         When::Handshake
@@ -662,4 +662,129 @@ fn trojan_as_xray() {
             )
         },
     });
+}
+
+// The three reactions that told Ferry apart (issue 22), each pinned on its own.
+
+fn expect(port: u16, data: &[u8], want: (End, When), what: &str, p: &Proc) {
+    let s = probe(port, data);
+    assert_eq!(
+        (s.r.end, s.r.when, s.bytes),
+        (want.0, want.1, 0),
+        "{what}: {s:?}\n{}",
+        p.output()
+    );
+}
+
+fn ss_inbound(method: &str, password: &str) -> String {
+    format!(
+        r#""protocol":"shadowsocks","settings":{{"method":"{method}","password":"{password}","network":"tcp"}}"#
+    )
+}
+
+/// Shadowsocks AEAD: a bad chunk after a good salt and length is not closed at once with a FIN
+/// (the drain reads the socket, not the decrypting stream); past the address, a bad chunk
+/// closes at once as ssserver does: RST with bytes past it, FIN without.
+#[test]
+fn ss_aead_bad_chunk_after_a_good_header() {
+    let echo = echo_server();
+    let (port, mport, e1, e2) = (free_port(), free_port(), free_port(), free_port());
+    let fe = ferry_server(port, mport, &ss_inbound("aes-128-gcm", PASSWORD));
+    let rec = Recorder::start();
+    let _ss = sslocal(e1, rec.port, echo, "aes-128-gcm", PASSWORD);
+    let p = rec.unseen(e1, 1, &pattern(100, 1)).remove(0);
+    // salt 16, length 18, then the one chunk holding address and payload.
+    expect(
+        port,
+        &flip(&p, 40),
+        (End::Open, When::Held),
+        "address chunk flipped",
+        &fe,
+    );
+    let _xc = xray_client(
+        e2,
+        &format!(
+            r#"{{"protocol":"shadowsocks","settings":{{"servers":[{{"address":"127.0.0.1","port":{},"method":"aes-128-gcm","password":"{PASSWORD}"}}]}}}}"#,
+            rec.port
+        ),
+        echo,
+    );
+    let mut ps = rec.unseen(e2, 2, &pattern(100, 2)).into_iter();
+    // Xray: salt 16, length 18, address chunk 7+16, length 18, payload.
+    let (a, b) = (ps.next().unwrap(), ps.next().unwrap());
+    expect(
+        port,
+        &flip(&a, 60),
+        (End::Rst, When::AtOnce),
+        "second length flipped",
+        &fe,
+    );
+    let last = b.len() - 1;
+    expect(
+        port,
+        &flip(&b, last),
+        (End::Fin, When::AtOnce),
+        "payload flipped",
+        &fe,
+    );
+}
+
+/// Shadowsocks 2022: one byte of garbage is reset at once (it was held open until idle).
+#[test]
+fn ss_2022_garbage_is_reset_at_once() {
+    let (port, mport) = (free_port(), free_port());
+    let fe = ferry_server(
+        port,
+        mport,
+        &ss_inbound("2022-blake3-aes-128-gcm", KEY_2022),
+    );
+    expect(port, &[0x42], (End::Rst, When::AtOnce), "1 byte", &fe);
+    expect(
+        port,
+        &client_hello(),
+        (End::Rst, When::AtOnce),
+        "ClientHello",
+        &fe,
+    );
+    let prom = metrics(mport, "/metrics");
+    assert!(
+        prom.contains(
+            "ferry_rejected_handshakes_total{inbound=\"probed\",reason=\"short_header\"} 1\n"
+        ) && prom
+            .contains("ferry_rejected_handshakes_total{inbound=\"probed\",reason=\"auth\"} 1\n"),
+        "{prom}"
+    );
+    assert!(
+        fe.output().contains("shadowsocks: rejected 127.0.0.1:"),
+        "rejections are logged with their source\n{}",
+        fe.output()
+    );
+}
+
+/// VMess: bursts up to 8 KiB get a FIN as from Xray (the drain read 2 KiB at a time and left
+/// bytes unread: RST), and Xray's drain size decides at once vs at the handshake timeout.
+#[test]
+fn vmess_bursts_close_as_xray() {
+    let (port, mport) = (free_port(), free_port());
+    let fe = ferry_server(
+        port,
+        mport,
+        &format!(r#""protocol":"vmess","settings":{{"clients":[{{"id":"{UUID}"}}]}}"#),
+    );
+    for (n, want) in [
+        (2049, (End::Fin, When::AtOnce)),
+        (4096, (End::Fin, When::AtOnce)),
+        (8192, (End::Fin, When::AtOnce)),
+        (8193, (End::Rst, When::AtOnce)),
+        (1700, (End::Fin, When::Handshake)),
+        (1800, (End::Fin, When::AtOnce)),
+    ] {
+        expect(
+            port,
+            &pattern(n, n as u64),
+            want,
+            &format!("{n} bytes"),
+            &fe,
+        );
+    }
 }

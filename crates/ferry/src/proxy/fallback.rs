@@ -239,7 +239,7 @@ pub async fn first_read(
     match tokio::time::timeout_at(deadline, r.fill()).await {
         Ok(Ok(())) => true,
         Err(_) => {
-            ctx.reject(protocol, "timeout", &"nothing in time");
+            ctx.reject(protocol, "timeout", &"handshake timed out");
             false
         }
         Ok(Err(e)) => {

@@ -365,7 +365,7 @@ impl Inbound {
                 return Ok(None);
             }
             Err(_) => {
-                ctx.reject("shadowsocks", "timeout", &"no header in time; draining");
+                ctx.reject("shadowsocks", "timeout", &"handshake timed out; draining");
                 drain(&mut stream, idle).await;
                 return Ok(None);
             }
@@ -404,7 +404,11 @@ impl Inbound {
                     return Ok(None);
                 }
                 Err(_) => {
-                    ctx.reject("shadowsocks", "timeout", &"no address in time; draining");
+                    ctx.reject(
+                        "shadowsocks",
+                        "timeout",
+                        &"handshake timed out before the address; draining",
+                    );
                     drain(&mut ss.into_inner(), idle).await;
                     return Ok(None);
                 }

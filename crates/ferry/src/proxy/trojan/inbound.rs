@@ -67,7 +67,7 @@ impl InboundHandler for Inbound {
         };
         let (req, n) = match timeout_at(deadline, r.read_until(codec::decode_request)).await {
             Err(_) => {
-                ctx.reject("trojan", "timeout", &"no whole request in time");
+                ctx.reject("trojan", "timeout", &"handshake timed out");
                 return Ok(Accepted::Done);
             }
             Ok(Err(e)) => {

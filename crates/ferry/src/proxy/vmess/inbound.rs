@@ -331,34 +331,42 @@ impl Inbound {
                 return Ok(None);
             }
             Ok(Err(Failure::Bad(e))) => {
-                ctx.reject("vmess", e.reason(), &format_args!("{e}; draining"));
+                ctx.reject(
+                    "vmess",
+                    e.reason(),
+                    &format_args!("invalid request: {e}; draining"),
+                );
                 self.drain(&mut stream, buf.len(), deadline).await;
                 return Ok(None);
             }
             Err(_) => {
-                ctx.reject("vmess", "timeout", &"no header in time");
+                ctx.reject("vmess", "timeout", &"handshake timed out");
                 return Ok(None);
             }
         };
         let a = &accounts[acc.account];
         let req = acc.req;
-        let reject = |why: String| {
-            ctx.reject("vmess", "refused", &format_args!("{} {why}", a.email));
+        let reject = |reason: &'static str, why: String| {
+            ctx.reject("vmess", reason, &format_args!("{} {why}", a.email));
             Ok(None)
         };
         if !self.sessions.check((a.uuid, req.key, req.iv)) {
-            return reject("replayed session (same key and iv)".into());
+            return reject("replay", "replayed session (same key and iv)".into());
         }
         let Some(security) = Security::from_wire(req.security) else {
-            return reject(format!("unsupported security {}", req.security));
+            return reject(
+                "unsupported",
+                format!("unsupported security {}", req.security),
+            );
         };
         if self.disable_insecure && matches!(security, Security::None | Security::Legacy) {
-            return reject(format!(
-                "insecure security {security:?} refused by disableInsecureEncryption"
-            ));
+            return reject(
+                "unsupported",
+                format!("insecure security {security:?} refused by disableInsecureEncryption"),
+            );
         }
         if req.opt & OPT_GLOBAL_PADDING != 0 && req.opt & OPT_CHUNK_MASKING == 0 {
-            return reject("global padding without chunk masking".into());
+            return reject("bad_header", "global padding without chunk masking".into());
         }
         let network = match req.cmd {
             Command::Tcp | Command::Mux => Network::Tcp,
