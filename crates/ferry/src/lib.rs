@@ -12,6 +12,7 @@ pub mod common;
 pub mod config;
 pub mod proxy;
 pub mod registry;
+pub mod rejects;
 pub mod relay;
 pub mod session;
 pub mod stats;

@@ -15,6 +15,8 @@ pub struct Stats {
     unlisted: RwLock<BTreeMap<String, Arc<AtomicU64>>>,
     /// `user>>>EMAIL>>>online` maps: who is connected from where (policy `statsUserOnline`).
     online: RwLock<BTreeMap<String, Arc<OnlineMap>>>,
+    /// Rejected handshakes by inbound and reason (metrics only: not Xray counters).
+    pub rejects: crate::rejects::Rejects,
 }
 
 /// The source addresses one user has open connections from, as Xray's online map keeps

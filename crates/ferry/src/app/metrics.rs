@@ -26,7 +26,14 @@ pub fn debug_vars(stats: &Stats) -> Value {
                 .insert(dir.to_string(), json!(v));
         }
     }
-    json!({ "cmdline": std::env::args().collect::<Vec<_>>(), "stats": groups })
+    let mut rejected: Map<String, Value> = Map::new();
+    for (tag, reason, n) in stats.rejects.snapshot() {
+        let t = rejected.entry(tag).or_insert_with(|| json!({}));
+        t.as_object_mut()
+            .expect("object")
+            .insert(reason.to_string(), json!(n));
+    }
+    json!({ "cmdline": std::env::args().collect::<Vec<_>>(), "stats": groups, "rejected": rejected })
 }
 
 fn escape_label(s: &str) -> String {
@@ -50,6 +57,16 @@ pub fn prometheus(stats: &Stats) -> String {
                 escape_label(dir)
             ));
         }
+    }
+    out.push_str(
+        "# HELP ferry_rejected_handshakes_total Handshakes an inbound refused, by reason.\n# TYPE ferry_rejected_handshakes_total counter\n",
+    );
+    for (tag, reason, n) in stats.rejects.snapshot() {
+        out.push_str(&format!(
+            "ferry_rejected_handshakes_total{{inbound=\"{}\",reason=\"{}\"}} {n}\n",
+            escape_label(&tag),
+            escape_label(reason)
+        ));
     }
     out
 }
@@ -145,7 +162,9 @@ mod tests {
             .fetch_add(3, Ordering::Relaxed);
         s.counter("user>>>a@b>>>traffic>>>downlink")
             .fetch_add(4, Ordering::Relaxed);
+        s.rejects.count("in", "replay");
         let v = debug_vars(&s);
+        assert_eq!(v["rejected"]["in"]["replay"], 1);
         assert_eq!(v["stats"]["inbound"]["in"]["uplink"], 3);
         assert_eq!(v["stats"]["user"]["a@b"]["downlink"], 4);
         let p = prometheus(&s);
@@ -153,6 +172,10 @@ mod tests {
             p.contains(
                 "ferry_traffic_bytes_total{kind=\"inbound\",tag=\"in\",direction=\"uplink\"} 3\n"
             ),
+            "{p}"
+        );
+        assert!(
+            p.contains("ferry_rejected_handshakes_total{inbound=\"in\",reason=\"replay\"} 1\n"),
             "{p}"
         );
     }

@@ -239,15 +239,11 @@ pub async fn first_read(
     match tokio::time::timeout_at(deadline, r.fill()).await {
         Ok(Ok(())) => true,
         Err(_) => {
-            tracing::info!(
-                "[{}] {protocol} from {}: handshake timed out",
-                ctx.tag,
-                ctx.info.source
-            );
+            ctx.reject(protocol, "timeout", &"handshake timed out");
             false
         }
         Ok(Err(e)) => {
-            tracing::info!("[{}] {protocol} from {}: {e}", ctx.tag, ctx.info.source);
+            ctx.reject(protocol, "truncated", &e);
             false
         }
     }
@@ -284,16 +280,18 @@ pub fn divert(
             crate::proxy::Accepted::Fallback(r.into_stream(), fb)
         }
         None => {
-            tracing::info!(
-                "[{}] {protocol} from {}: {why}; {}",
-                ctx.tag,
-                ctx.info.source,
-                if fallbacks.is_some() {
-                    "no fallback matches, closed"
-                } else {
-                    "closed (no fallbacks)"
-                }
-            );
+            let why = why.to_string();
+            let reason = if why.starts_with("unknown") {
+                "auth"
+            } else {
+                "bad_header"
+            };
+            let what = if fallbacks.is_some() {
+                "no fallback matches, closed"
+            } else {
+                "closed (no fallbacks)"
+            };
+            ctx.reject(protocol, reason, &format_args!("{why}; {what}"));
             crate::proxy::Accepted::Done
         }
     }

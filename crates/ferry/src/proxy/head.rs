@@ -8,6 +8,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::transport::{BoxStream, Prefixed};
 
+/// The most the first read of an empty reader takes, whatever the limit: Xray's first read of
+/// a connection (one 8 KiB buffer). What a bad header leaves unread in the kernel decides
+/// whether its close is a FIN or an RST, which a prober sees; bytes read past the header go
+/// on in front of the stream as any others.
+const FIRST_READ: usize = 8192;
+
 /// A stream and the bytes read from it that nobody consumed yet.
 pub struct HeadReader {
     pub stream: BoxStream,
@@ -40,7 +46,10 @@ impl HeadReader {
                 format!("header longer than {} bytes", self.limit),
             ));
         }
-        let room = (self.limit - self.buf.len()).min(16 * 1024);
+        let mut room = (self.limit - self.buf.len()).min(16 * 1024);
+        if self.buf.is_empty() {
+            room = room.max(FIRST_READ);
+        }
         self.buf.reserve(room);
         let n = (&mut self.stream)
             .take(room as u64)

@@ -55,6 +55,19 @@ impl InboundCtx {
             protocol,
         }
     }
+
+    /// Records a refused handshake: logged at info with the connection's source, and counted
+    /// per inbound by `reason` (a short stable name) when stats are on.
+    pub fn reject(&self, protocol: &str, reason: &'static str, detail: &dyn std::fmt::Display) {
+        tracing::info!(
+            "[{}] {protocol}: rejected {} ({reason}): {detail}",
+            self.tag,
+            self.info.source
+        );
+        if let Some(st) = &self.dispatcher.stats {
+            st.rejects.count(&self.tag, reason);
+        }
+    }
 }
 
 /// What an inbound asks for once it has read a connection's protocol header: the one place

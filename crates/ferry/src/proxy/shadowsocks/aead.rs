@@ -29,6 +29,24 @@ pub enum Error {
     UnknownUser,
     #[error("truncated")]
     Truncated,
+    #[error("first read held {0} of the {1} header bytes")]
+    ShortHeader(usize, usize),
+}
+
+impl Error {
+    /// A short stable name for counting rejections by kind (the metrics' `reason` label).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Auth => "auth",
+            Error::TooLong(_) => "bad_length",
+            Error::Replay => "replay",
+            Error::ClockSkew(_) => "clock_skew",
+            Error::Header(_) => "bad_header",
+            Error::UnknownUser => "unknown_user",
+            Error::Truncated => "truncated",
+            Error::ShortHeader(..) => "short_header",
+        }
+    }
 }
 
 impl From<AuthError> for Error {
@@ -109,6 +127,15 @@ impl ChunkOpener {
         self.nonce.increment();
         self.pending = Some(len);
         Ok(())
+    }
+
+    /// Bytes of the next unit [`ChunkOpener::open`] will authenticate (a length block, or the
+    /// payload whose length was read).
+    pub fn unit_len(&self) -> usize {
+        match self.pending {
+            Some(l) => l + TAG_LEN,
+            None => self.first.as_ref().map(|f| f.0).unwrap_or(0) + LEN_BLOCK,
+        }
     }
 
     /// Opens one AEAD block in place (2022 headers): consumes one nonce.

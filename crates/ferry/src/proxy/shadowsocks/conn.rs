@@ -41,6 +41,14 @@ pub enum Opener {
 }
 
 impl Opener {
+    /// Bytes of the next unit that can fail authentication (0: none can).
+    fn unit_len(&self) -> usize {
+        match self {
+            Opener::Aead(o) => o.unit_len(),
+            Opener::Plain | Opener::Stream(_) => 0,
+        }
+    }
+
     /// Decrypts the next unit at the start of `buf` into `dst` (non-empty), or in place when an
     /// AEAD chunk does not fit it.
     fn open_to(&mut self, buf: &mut [u8], dst: &mut [u8]) -> Result<OpenTo, Error> {
@@ -293,6 +301,19 @@ impl SsStream {
         self.ra.holds_buffer() || self.out.buf.is_some()
     }
 
+    /// The stream under the cipher, for draining a connection that failed after its header:
+    /// what was read ahead (and not decrypted) is dropped, as shadowsocks-rust does.
+    pub fn into_inner(self) -> BoxStream {
+        self.inner
+    }
+
+    /// Makes the socket underneath close with an RST (SO_LINGER 0).
+    fn reset_on_close(&self) {
+        if let Some(crate::transport::RawSocket::Tcp(t)) = self.inner.socket() {
+            let _ = socket2::SockRef::from(t).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
+
     /// Puts plaintext back in front of the stream (bytes read past a parsed address).
     pub fn unread(&mut self, data: &[u8]) {
         if data.is_empty() {
@@ -423,6 +444,7 @@ impl AsyncRead for SsStream {
                     n
                 }
                 ReadKey::Ready(op) => {
+                    let unit = op.unit_len();
                     match op.open_to(me.ra.pending_mut(), buf.initialize_unfilled()) {
                         Ok(OpenTo::Written { consumed, written }) => {
                             me.ra.consume(consumed);
@@ -440,6 +462,17 @@ impl AsyncRead for SsStream {
                         Ok(OpenTo::Need(n)) => n,
                         Err(e) => {
                             me.rkey = ReadKey::Failed;
+                            // shadowsocks-rust reads each unit exactly and closes on the one
+                            // that fails: bytes already past it stay unread in its socket, so
+                            // the client gets an RST. Do the same.
+                            if me.ra.pending_len() > unit {
+                                me.reset_on_close();
+                            }
+                            // What was opened before the bad unit is still handed over (the
+                            // next read returns the error).
+                            if buf.filled().len() > before {
+                                return Poll::Ready(Ok(()));
+                            }
                             return Poll::Ready(Err(e.into()));
                         }
                     }

@@ -2,11 +2,15 @@
 //! dispatcher. UDP: per-packet (stream/AEAD) or per-session (2022) relay, served by
 //! `udp_server.rs`.
 //!
-//! Probing resistance: a connection that fails authentication at any byte (short salt, wrong
-//! key, replayed salt, bad length, skewed 2022 clock, unknown EIH user) is never closed at once,
-//! which would tell a prober how many bytes the server wanted. As shadowsocks-rust does, the
-//! server keeps reading and discarding until the client closes (bounded by the level's
-//! `connIdle`), then closes. The failure is logged at info level.
+//! Probing resistance: a prober sees what shadowsocks-rust shows. AEAD and stream ciphers: a
+//! connection that fails at any byte (short salt, wrong key, replayed salt, bad length, bad
+//! address chunk) is never closed at once, which would tell how many bytes the server wanted:
+//! the raw socket is read and discarded until the client closes (bounded by the level's
+//! `connIdle`). 2022: the salt and fixed header must come in the first read, and any failure
+//! up to the variable header (short first read, wrong key, skewed clock, replayed salt, bad
+//! header) is answered at once with an RST; a variable header still incomplete is waited for.
+//! Ferry is stricter than shadowsocks-rust in one place: a replayed AEAD salt is drained, not
+//! served. Each rejection is logged at info level and counted per inbound by reason.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -32,7 +36,7 @@ use crate::common::{Destination, Network};
 use crate::config::reader::{Obj, Result};
 use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
-use crate::transport::BoxStream;
+use crate::transport::{BoxStream, RawSocket};
 
 /// Read buffer of an AEAD-edition connection: four full chunks per read syscall. Buffers are
 /// pooled and held only while they hold bytes (see `conn.rs`).
@@ -171,7 +175,14 @@ impl Inbound {
         let eih = if self.cfg.ipsk.is_some() { 16 } else { 0 };
         let fixed_sealed = ss2022::FIXED_LEN + 16;
         let mut head = vec![0u8; sl + eih + fixed_sealed];
-        read_exact(s, &mut head).await?;
+        // As shadowsocks-rust: the salt and the fixed header must come in the first read.
+        let n = s.read(&mut head).await.map_err(|_| Error::Truncated)?;
+        if n == 0 {
+            return Err(Error::Truncated);
+        }
+        if n < head.len() {
+            return Err(Error::ShortHeader(n, head.len()));
+        }
         let (salt, rest) = head.split_at_mut(sl);
         let users = self.users.load();
         let acct = match &self.cfg.ipsk {
@@ -274,6 +285,15 @@ pub async fn drain<R: AsyncRead + Unpin + ?Sized>(s: &mut R, limit: Duration) {
     let _ = tokio::time::timeout(limit, tokio::io::copy(s, &mut sink)).await;
 }
 
+/// Closes at once with an RST (SO_LINGER 0 on the socket underneath), as shadowsocks-rust
+/// closes a connection whose 2022 header failed.
+fn reset(stream: BoxStream) {
+    if let Some(RawSocket::Tcp(t)) = stream.socket() {
+        let _ = socket2::SockRef::from(t).set_linger(Some(Duration::ZERO));
+    }
+    drop(stream);
+}
+
 /// An address request: the target, and for one-time auth the flagged header and its MAC.
 type Request = (Destination, Option<(Vec<u8>, [u8; OTA_MAC_LEN])>);
 
@@ -332,21 +352,20 @@ impl Inbound {
             .max(Duration::from_secs(1));
         let acc = match tokio::time::timeout(limit, self.handshake(&mut stream)).await {
             Ok(Ok(a)) => a,
+            // A 2022 header that fails (except by the client closing) is answered with an
+            // RST at once, as shadowsocks-rust does (SO_LINGER 0).
+            Ok(Err(e)) if self.cfg.method.kind() == Kind::Aead2022 && e != Error::Truncated => {
+                ctx.reject("shadowsocks", e.reason(), &format_args!("{e}; reset"));
+                reset(stream);
+                return Ok(None);
+            }
             Ok(Err(e)) => {
-                tracing::info!(
-                    "[{}] shadowsocks: rejected {}: {e}; draining",
-                    ctx.tag,
-                    ctx.info.source
-                );
+                ctx.reject("shadowsocks", e.reason(), &format_args!("{e}; draining"));
                 drain(&mut stream, idle).await;
                 return Ok(None);
             }
             Err(_) => {
-                tracing::info!(
-                    "[{}] shadowsocks: handshake from {} timed out; draining",
-                    ctx.tag,
-                    ctx.info.source
-                );
+                ctx.reject("shadowsocks", "timeout", &"handshake timed out; draining");
                 drain(&mut stream, idle).await;
                 return Ok(None);
             }
@@ -358,37 +377,39 @@ impl Inbound {
             ota_keys,
         } = acc;
         let mut ss = SsStream::server(stream, parts);
+        // A failure after the header drains the raw socket: the decrypting stream would fail
+        // at once on the same bad chunk and close (a reaction shadowsocks-rust does not have).
         let (dest, ota) = match dest {
             Some(d) => (d, None),
             None => match tokio::time::timeout(limit, read_address(&mut ss)).await {
                 Ok(Ok((d, auth))) => match self.check_ota(auth, ota_keys.as_ref()) {
                     Ok(ota) => (d, ota),
                     Err(why) => {
-                        tracing::info!(
-                            "[{}] shadowsocks: {} {why}; draining",
-                            ctx.tag,
-                            ctx.info.source
-                        );
-                        drain(&mut ss, idle).await;
+                        ctx.reject("shadowsocks", "ota", &format_args!("{why}; draining"));
+                        drain(&mut ss.into_inner(), idle).await;
                         return Ok(None);
                     }
                 },
                 Ok(Err(e)) => {
-                    tracing::info!(
-                        "[{}] shadowsocks: bad request from {}: {e}; draining",
-                        ctx.tag,
-                        ctx.info.source
+                    let reason = match e.kind() {
+                        io::ErrorKind::UnexpectedEof => "truncated",
+                        _ => "bad_request",
+                    };
+                    ctx.reject(
+                        "shadowsocks",
+                        reason,
+                        &format_args!("bad request: {e}; draining"),
                     );
-                    drain(&mut ss, idle).await;
+                    drain(&mut ss.into_inner(), idle).await;
                     return Ok(None);
                 }
                 Err(_) => {
-                    tracing::info!(
-                        "[{}] shadowsocks: no address from {} in time",
-                        ctx.tag,
-                        ctx.info.source
+                    ctx.reject(
+                        "shadowsocks",
+                        "timeout",
+                        &"handshake timed out before the address; draining",
                     );
-                    drain(&mut ss, idle).await;
+                    drain(&mut ss.into_inner(), idle).await;
                     return Ok(None);
                 }
             },

@@ -47,17 +47,16 @@ pub struct Request {
     pub dest: Destination,
 }
 
-/// Decodes a request at the start of `buf` (as Xray: exactly 56 bytes, then CRLF).
+/// Decodes a request at the start of `buf` (as Xray: exactly 56 bytes, then CR; the byte
+/// after the CR and the two after the address are skipped unread, as Xray's reader skips
+/// them, so a prober flipping them sees Xray's reaction).
 pub fn decode_request(buf: &[u8]) -> Result<Option<(Request, usize)>, Error> {
-    if buf.len() < HASH_LEN + 3 {
-        // Anything that cannot start a hash is not Trojan's, as early as we can tell.
-        if buf.len() > HASH_LEN && buf[HASH_LEN] != b'\r' {
-            return Err(Error::NotTrojan);
-        }
-        return Ok(None);
-    }
-    if &buf[HASH_LEN..HASH_LEN + 2] != b"\r\n" {
+    // Anything that cannot start a hash is not Trojan's, as early as we can tell.
+    if buf.len() > HASH_LEN && buf[HASH_LEN] != b'\r' {
         return Err(Error::NotTrojan);
+    }
+    if buf.len() < HASH_LEN + 3 {
+        return Ok(None);
     }
     let mut hash = [0u8; HASH_LEN];
     hash.copy_from_slice(&buf[..HASH_LEN]);
@@ -67,11 +66,10 @@ pub fn decode_request(buf: &[u8]) -> Result<Option<(Request, usize)>, Error> {
         return Ok(None);
     };
     let end = at + n;
-    match buf.get(end..end + 2) {
-        None => Ok(None),
-        Some(b"\r\n") => Ok(Some((Request { hash, cmd, dest }, end + 2))),
-        Some(_) => Err(Error::Crlf),
+    if buf.len() < end + 2 {
+        return Ok(None);
     }
+    Ok(Some((Request { hash, cmd, dest }, end + 2)))
 }
 
 /// Appends a request.
@@ -161,9 +159,14 @@ mod tests {
         assert_eq!(decode_request(&http), Err(Error::NotTrojan));
         http.truncate(57);
         assert_eq!(decode_request(&http), Err(Error::NotTrojan));
+        // As Xray: the byte after the CR and the two after the address are not checked.
+        let mut lax = password_hash("pw").to_vec();
+        lax.extend_from_slice(b"\rX\x01\x01\x7f\x00\x00\x01\x00\x50XX");
+        let (r, n) = decode_request(&lax).unwrap().unwrap();
+        assert_eq!((r.dest.port, n), (80, lax.len()));
         let mut bad = password_hash("pw").to_vec();
-        bad.extend_from_slice(b"\r\n\x01\x01\x7f\x00\x00\x01\x00\x50XX");
-        assert_eq!(decode_request(&bad), Err(Error::Crlf));
+        bad.extend_from_slice(b"\n\r\x01");
+        assert_eq!(decode_request(&bad), Err(Error::NotTrojan));
         let mut u = Vec::new();
         encode_udp(
             &Destination::new(Address::Domain("a".into()), 1),

@@ -49,39 +49,37 @@ impl InboundHandler for Inbound {
         let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
         let mut r = HeadReader::new(stream, MAX_HEADER);
         let fbs = self.fallbacks.as_deref();
-        if fbs.is_some() {
-            // As Xray: one read decides; too short for a Trojan request, or no CR after the
-            // hash, is not Trojan (a short HTTP request must not wait for more bytes).
-            if !first_read(&mut r, deadline, ctx, "trojan").await {
-                return Ok(Accepted::Done);
-            }
-            if r.buf.len() < 58 || r.buf[56] != b'\r' {
-                return Ok(divert(fbs, r, ctx, "trojan", &"not Trojan"));
-            }
+        // As Xray, with or without fallbacks: one read decides; too short for a Trojan request,
+        // no CR after the hash, or an unknown hash is not Trojan (closed at once when there is
+        // no fallback; a short HTTP request must not wait for more bytes).
+        if !first_read(&mut r, deadline, ctx, "trojan").await {
+            return Ok(Accepted::Done);
         }
+        if r.buf.len() < 58 || r.buf[56] != b'\r' {
+            return Ok(divert(fbs, r, ctx, "trojan", &"not Trojan"));
+        }
+        let users = self.users.load();
+        let Some(acct) = users
+            .iter()
+            .find(|a| a.hash[..] == r.buf[..codec::HASH_LEN])
+        else {
+            return Ok(divert(fbs, r, ctx, "trojan", &"unknown password"));
+        };
         let (req, n) = match timeout_at(deadline, r.read_until(codec::decode_request)).await {
             Err(_) => {
-                tracing::info!(
-                    "[{}] trojan from {}: handshake timed out",
-                    ctx.tag,
-                    ctx.info.source
-                );
+                ctx.reject("trojan", "timeout", &"handshake timed out");
                 return Ok(Accepted::Done);
             }
             Ok(Err(e)) => {
-                tracing::info!(
-                    "[{}] trojan from {}: reading request: {e}",
-                    ctx.tag,
-                    ctx.info.source
-                );
+                ctx.reject("trojan", "truncated", &format_args!("reading request: {e}"));
                 return Ok(Accepted::Done);
             }
-            Ok(Ok(Err(e))) => return Ok(divert(fbs, r, ctx, "trojan", &e)),
+            // As Xray: a bad address after a known hash is closed, not a fallback's.
+            Ok(Ok(Err(e))) => {
+                ctx.reject("trojan", "bad_header", &e);
+                return Ok(Accepted::Done);
+            }
             Ok(Ok(Ok(x))) => x,
-        };
-        let users = self.users.load();
-        let Some(acct) = users.iter().find(|a| a.hash == req.hash) else {
-            return Ok(divert(fbs, r, ctx, "trojan", &"unknown password"));
         };
         r.consume(n);
         let network = if req.cmd == CMD_UDP {

@@ -40,6 +40,21 @@ pub enum HeaderError {
     ResponseAuth,
 }
 
+impl HeaderError {
+    /// A short stable name for counting rejections by kind (the metrics' `reason` label).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HeaderError::NoUser => "auth",
+            HeaderError::Expired(_) => "clock_skew",
+            HeaderError::Replay => "replay",
+            HeaderError::Auth | HeaderError::Checksum | HeaderError::ResponseAuth => "bad_header",
+            HeaderError::Address(_) => "bad_address",
+            HeaderError::Security(_) | HeaderError::Command(_) => "unsupported",
+            HeaderError::Truncated => "truncated",
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, HeaderError>;
 
 /// `CmdKey = MD5(UUID || magic)`.

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+
+use super::drain::DrainSize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::body::{BodyParams, Opener, Sealer, Security, OPT_CHUNK_MASKING, OPT_GLOBAL_PADDING};
@@ -33,9 +35,8 @@ pub struct Inbound {
     disable_insecure: bool,
     auth_ids: ReplayFilter<[u8; 16]>,
     sessions: ReplayFilter<([u8; 16], [u8; 16], [u8; 16])>,
-    /// Bytes to drain before closing a bad connection: `54 + base + rand(max_r)`.
-    drain_base: usize,
-    drain_max_r: usize,
+    /// Bytes to drain before closing a bad connection, as Xray sizes it.
+    drain_size: DrainSize,
 }
 
 /// Reads one entry of `clients` (the API's AddUser gives the same shape).
@@ -94,16 +95,9 @@ pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler
 
 impl Inbound {
     pub fn new(accounts: Vec<Account>, disable_insecure: bool) -> Inbound {
-        // Per-inbound drain amounts derived from the user ids (stable across restarts).
-        let mut seed = Vec::new();
-        for a in &accounts {
-            seed.extend_from_slice(&a.uuid);
-        }
-        let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, b"VMESSBSKDF");
-        let d = aws_lc_rs::hmac::sign(&k, &seed);
-        let d = d.as_ref();
-        let drain_base = u16::from_be_bytes([d[0], d[1]]) as usize % 3266;
-        let drain_max_r = 1 + d[2] as usize % 64;
+        // Derived from the user ids as Xray does (stable across restarts).
+        let drain_size =
+            DrainSize::from_ids(accounts.iter().map(|a| &a.uuid)).unwrap_or_else(DrainSize::random);
         Inbound {
             accounts: Users::new(accounts),
             counters: CounterSource::default(),
@@ -111,15 +105,12 @@ impl Inbound {
             disable_insecure,
             auth_ids: ReplayFilter::new(Duration::from_secs(120), REPLAY_CAP),
             sessions: ReplayFilter::new(Duration::from_secs(90), REPLAY_CAP),
-            drain_base,
-            drain_max_r,
+            drain_size,
         }
     }
 
     fn drain_total(&self) -> usize {
-        let mut r = [0u8; 1];
-        crate::common::rand::fill(&mut r);
-        54 + self.drain_base + r[0] as usize % self.drain_max_r
+        self.drain_size.draw()
     }
 }
 
@@ -164,18 +155,30 @@ impl LegacyTable {
 }
 
 /// Reads until `buf` holds at least `n` bytes.
+/// The most one read of a VMess handshake takes (Xray's buffer size).
+const XRAY_READ: usize = 8192;
+
 async fn fill<R: AsyncRead + Unpin + ?Sized>(
     s: &mut R,
     buf: &mut Vec<u8>,
     n: usize,
 ) -> io::Result<()> {
     while buf.len() < n {
-        let mut tmp = [0u8; 2048];
-        let k = s.read(&mut tmp).await?;
+        // Reads as large as Xray's (one 8 KiB buffer): what a bad request leaves unread in the
+        // kernel decides whether the close is a FIN or an RST.
+        let start = buf.len();
+        buf.resize(start + XRAY_READ, 0);
+        let k = match s.read(&mut buf[start..]).await {
+            Ok(k) => k,
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        };
+        buf.truncate(start + k);
         if k == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        buf.extend_from_slice(&tmp[..k]);
     }
     Ok(())
 }
@@ -282,17 +285,21 @@ impl Inbound {
         }
     }
 
-    /// Reads and discards up to `total` bytes (counting `seen`), as Xray does for bad requests.
-    async fn drain(&self, s: &mut BoxStream, seen: usize, limit: Duration) {
+    /// Reads and discards until `total` bytes were read (counting the `seen` ones) or the
+    /// handshake deadline, as Xray does for bad requests: each read takes up to 8 KiB, however
+    /// few bytes are still wanted, as Xray's buffered reader does.
+    async fn drain(&self, s: &mut BoxStream, seen: usize, deadline: tokio::time::Instant) {
         let total = self.drain_total();
         let mut left = total.saturating_sub(seen);
-        let mut tmp = [0u8; 2048];
-        let _ = tokio::time::timeout(limit, async {
+        if left == 0 {
+            return;
+        }
+        let mut tmp = vec![0u8; XRAY_READ];
+        let _ = tokio::time::timeout_at(deadline, async {
             while left > 0 {
-                let n = left.min(tmp.len());
-                match s.read(&mut tmp[..n]).await {
+                match s.read(&mut tmp).await {
                     Ok(0) | Err(_) => return,
-                    Ok(k) => left -= k,
+                    Ok(k) => left = left.saturating_sub(k),
                 }
             }
         })
@@ -309,63 +316,57 @@ impl Inbound {
         ctx: &InboundCtx,
     ) -> io::Result<Option<(crate::proxy::Session, VmessStream)>> {
         let limit = ctx.dispatcher.handshake_timeout();
+        let deadline = tokio::time::Instant::now() + limit;
         let mut buf = Vec::with_capacity(512);
         let accounts = self.accounts.load();
-        let acc =
-            match tokio::time::timeout(limit, self.read_request(&mut stream, &mut buf, &accounts))
-                .await
-            {
-                Ok(Ok(a)) => a,
-                Ok(Err(Failure::Io(e))) => {
-                    tracing::info!(
-                        "[{}] vmess from {}: reading header: {e}",
-                        ctx.tag,
-                        ctx.info.source
-                    );
-                    return Ok(None);
-                }
-                Ok(Err(Failure::Bad(e))) => {
-                    tracing::warn!(
-                        "[{}] vmess from {}: invalid request: {e}; draining",
-                        ctx.tag,
-                        ctx.info.source
-                    );
-                    self.drain(&mut stream, buf.len(), limit).await;
-                    return Ok(None);
-                }
-                Err(_) => {
-                    tracing::info!(
-                        "[{}] vmess from {}: handshake timed out",
-                        ctx.tag,
-                        ctx.info.source
-                    );
-                    return Ok(None);
-                }
-            };
+        let acc = match tokio::time::timeout_at(
+            deadline,
+            self.read_request(&mut stream, &mut buf, &accounts),
+        )
+        .await
+        {
+            Ok(Ok(a)) => a,
+            Ok(Err(Failure::Io(e))) => {
+                ctx.reject("vmess", "truncated", &format_args!("reading header: {e}"));
+                return Ok(None);
+            }
+            Ok(Err(Failure::Bad(e))) => {
+                ctx.reject(
+                    "vmess",
+                    e.reason(),
+                    &format_args!("invalid request: {e}; draining"),
+                );
+                self.drain(&mut stream, buf.len(), deadline).await;
+                return Ok(None);
+            }
+            Err(_) => {
+                ctx.reject("vmess", "timeout", &"handshake timed out");
+                return Ok(None);
+            }
+        };
         let a = &accounts[acc.account];
         let req = acc.req;
-        let reject = |why: String| {
-            tracing::warn!(
-                "[{}] vmess from {} ({}): {why}",
-                ctx.tag,
-                ctx.info.source,
-                a.email
-            );
+        let reject = |reason: &'static str, why: String| {
+            ctx.reject("vmess", reason, &format_args!("{} {why}", a.email));
             Ok(None)
         };
         if !self.sessions.check((a.uuid, req.key, req.iv)) {
-            return reject("replayed session (same key and iv)".into());
+            return reject("replay", "replayed session (same key and iv)".into());
         }
         let Some(security) = Security::from_wire(req.security) else {
-            return reject(format!("unsupported security {}", req.security));
+            return reject(
+                "unsupported",
+                format!("unsupported security {}", req.security),
+            );
         };
         if self.disable_insecure && matches!(security, Security::None | Security::Legacy) {
-            return reject(format!(
-                "insecure security {security:?} refused by disableInsecureEncryption"
-            ));
+            return reject(
+                "unsupported",
+                format!("insecure security {security:?} refused by disableInsecureEncryption"),
+            );
         }
         if req.opt & OPT_GLOBAL_PADDING != 0 && req.opt & OPT_CHUNK_MASKING == 0 {
-            return reject("global padding without chunk masking".into());
+            return reject("bad_header", "global padding without chunk masking".into());
         }
         let network = match req.cmd {
             Command::Tcp | Command::Mux => Network::Tcp,

@@ -3,6 +3,7 @@
 //! `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
 
 pub mod body;
+pub mod drain;
 /// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
 /// targets in `fuzz/`), never in the shipped library.
 #[cfg(any(test, feature = "fuzzing"))]
