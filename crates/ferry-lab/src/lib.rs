@@ -1,6 +1,7 @@
 //! ferry-lab: loadgen, receiver and side-by-side proxy scenarios on one machine.
 
 pub mod chart;
+pub mod inner_tls;
 pub mod loadgen;
 pub mod procs;
 pub mod receiver;

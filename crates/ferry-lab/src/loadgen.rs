@@ -1,14 +1,20 @@
 //! The sending end: connects directly or through a SOCKS5 proxy, moves a verified number of
-//! bytes, and measures throughput, time to first byte and round-trip latency.
+//! bytes, and measures throughput, time to first byte and round-trip latency. With inner TLS
+//! (`Target::inner_tls`) every connection is a TLS session with the receiver, and the lab
+//! protocol runs inside it.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::inner_tls::InnerTls;
 use crate::wire::{random_bytes, AckReader, Header, Mode, CHUNK};
 
 /// Where loadgen connects.
@@ -18,11 +24,22 @@ pub struct Target {
     pub connect: SocketAddr,
     /// With a SOCKS5 proxy at `connect`: the receiver address to CONNECT to.
     pub socks_dest: Option<SocketAddr>,
+    /// Speak TLS to the receiver through the chain (None: the lab protocol in the clear).
+    pub inner_tls: Option<InnerTls>,
 }
 
 impl Target {
+    /// The receiver (or a dokodemo-style entry) at `connect`, no SOCKS5, no inner TLS.
+    pub fn plain(connect: SocketAddr) -> Target {
+        Target {
+            connect,
+            socks_dest: None,
+            inner_tls: None,
+        }
+    }
+
     /// A connection through the chain, confirmed end to end by the receiver's hello byte.
-    pub async fn hello(&self) -> Result<TcpStream> {
+    pub async fn hello(&self) -> Result<Conn> {
         let mut s = self.open().await?;
         s.write_all(
             &Header {
@@ -32,13 +49,15 @@ impl Target {
             .encode(),
         )
         .await?;
+        s.flush().await?;
         let mut b = [0u8; 1];
         s.read_exact(&mut b).await?;
         Ok(s)
     }
 
-    /// Opens a connection that reaches the receiver (after the SOCKS5 handshake, if any).
-    pub async fn open(&self) -> Result<TcpStream> {
+    /// Opens a connection that reaches the receiver (after the SOCKS5 handshake, if any, and
+    /// the inner TLS handshake, if any).
+    pub async fn open(&self) -> Result<Conn> {
         let mut s = TcpStream::connect(self.connect)
             .await
             .with_context(|| format!("connecting to {}", self.connect))?;
@@ -48,7 +67,77 @@ impl Target {
                 .await
                 .with_context(|| format!("SOCKS5 CONNECT {dest} via {}", self.connect))?;
         }
-        Ok(s)
+        match &self.inner_tls {
+            None => Ok(Conn::Plain(s)),
+            Some(t) => Ok(Conn::Tls(Box::new(t.connect(s).await?))),
+        }
+    }
+}
+
+/// One loadgen connection: bare TCP, or a TLS session with the receiver over it.
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<crate::inner_tls::ClientStream>),
+}
+
+/// The halves of a split [`Conn`].
+type ReadHalf = Box<dyn AsyncRead + Unpin + Send>;
+type WriteHalf = Box<dyn AsyncWrite + Unpin + Send>;
+
+impl Conn {
+    /// Read and write halves usable from two tasks (TCP: the socket's own halves; TLS: a
+    /// shared session).
+    fn split(self) -> (ReadHalf, WriteHalf) {
+        match self {
+            Conn::Plain(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Conn::Tls(t) => {
+                let (r, w) = tokio::io::split(*t);
+                (Box::new(r), Box::new(w))
+            }
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
@@ -187,8 +276,9 @@ pub async fn bulk(target: &Target, o: &BulkOpts) -> Result<Transfer> {
 }
 
 /// Sends the header and waits for the receiver's zero acknowledgement.
-async fn ready(s: &mut TcpStream, mode: Mode, amount: u64, stall: Duration) -> Result<()> {
+async fn ready(s: &mut Conn, mode: Mode, amount: u64, stall: Duration) -> Result<()> {
     s.write_all(&Header { mode, arg: amount }.encode()).await?;
+    s.flush().await?;
     let mut ack = [0u8; 8];
     match tokio::time::timeout(stall, s.read_exact(&mut ack)).await {
         Ok(Ok(_)) => {}
@@ -203,13 +293,13 @@ async fn ready(s: &mut TcpStream, mode: Mode, amount: u64, stall: Duration) -> R
 }
 
 async fn upload_one(
-    s: TcpStream,
+    s: Conn,
     data: &[u8],
     idx: usize,
     amount: u64,
     stall: Duration,
 ) -> Result<Instant> {
-    let (mut r, mut w) = s.into_split();
+    let (mut r, mut w) = s.split();
     let span = data.len() - CHUNK;
     let mut off = (idx * 7919) % span;
     let data = data.to_vec();
@@ -221,6 +311,8 @@ async fn upload_one(
             sent += n as u64;
             off = (off + 4097) % span;
         }
+        // Inner TLS may keep the last records buffered when the socket was full.
+        w.flush().await?;
         Ok::<_, std::io::Error>(w)
     });
     let mut acks = AckReader::default();
@@ -280,8 +372,9 @@ async fn upload_one(
     Ok(done)
 }
 
-async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<Instant> {
+async fn download_one(mut s: Conn, amount: u64, stall: Duration) -> Result<Instant> {
     s.write_all(b"G").await?;
+    s.flush().await?;
     let mut buf = vec![0u8; 256 * 1024];
     let mut got = 0u64;
     while got < amount {
@@ -302,6 +395,7 @@ async fn download_one(mut s: TcpStream, amount: u64, stall: Duration) -> Result<
         bail!("byte-count mismatch: received {got} bytes but {amount} were sent");
     }
     s.write_all(&got.to_be_bytes()).await?;
+    s.flush().await?;
     // A stray extra byte would arrive now; the receiver closes only after our acknowledgement.
     match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
         Ok(Ok(n)) if n > 0 => bail!("byte-count mismatch: {n} bytes more than the {amount} sent"),
@@ -368,6 +462,7 @@ pub async fn round_trips(
         .encode(),
     )
     .await?;
+    s.flush().await?;
     let msg = random_bytes(size, 7);
     let mut back = vec![0u8; size];
     let mut v = Vec::with_capacity(count);
@@ -375,6 +470,7 @@ pub async fn round_trips(
         let t0 = Instant::now();
         let once = async {
             s.write_all(&msg).await?;
+            s.flush().await?;
             s.read_exact(&mut back).await?;
             Ok::<_, std::io::Error>(())
         };
@@ -393,7 +489,7 @@ pub async fn round_trips(
 
 /// Opens `n` connections through the chain, each confirmed end to end by the receiver's hello
 /// byte, and returns them open.
-pub async fn hold_idle(target: &Target, n: usize, timeout: Duration) -> Result<Vec<TcpStream>> {
+pub async fn hold_idle(target: &Target, n: usize, timeout: Duration) -> Result<Vec<Conn>> {
     let mut held = Vec::with_capacity(n);
     let mut done = 0;
     while done < n {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+use ferry_lab::inner_tls::{self, InnerTls, TlsVersion};
 use ferry_lab::loadgen::{self, BulkOpts, Target};
 use ferry_lab::report::Status;
 use ferry_lab::runner::{self, RunOpts, Test};
@@ -73,6 +74,8 @@ enum Cmd {
         peers_dir: Option<PathBuf>,
         #[command(flatten)]
         probe: Probe,
+        #[command(flatten)]
+        inner: InnerTlsArgs,
         /// Skip the PNG charts.
         #[arg(long)]
         no_charts: bool,
@@ -82,7 +85,8 @@ enum Cmd {
         #[arg(long)]
         scenario_dir: Option<PathBuf>,
     },
-    /// Listen and serve lab connections (acknowledging running byte totals).
+    /// Listen and serve lab connections (acknowledging running byte totals); connections that
+    /// open with a TLS handshake (loadgen --inner-tls) are served inside TLS.
     Receiver {
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: SocketAddr,
@@ -108,7 +112,37 @@ enum Cmd {
         latency: bool,
         #[command(flatten)]
         probe: Probe,
+        #[command(flatten)]
+        inner: InnerTlsArgs,
     },
+}
+
+/// Inner TLS between loadgen and receiver, shared by `run` and `loadgen`.
+#[derive(clap::Args, Clone)]
+struct InnerTlsArgs {
+    /// Speak TLS of this version from loadgen (client) to receiver (server) through the chain;
+    /// throughput counts the inner plaintext (the XTLS Vision benchmarks' traffic).
+    #[arg(long, value_enum)]
+    inner_tls: Option<TlsVersion>,
+    /// Inner TLS record plaintext size, both directions (K suffix; default 16K, the maximum).
+    #[arg(long)]
+    record: Option<String>,
+}
+
+impl InnerTlsArgs {
+    fn build(&self) -> Result<Option<InnerTls>> {
+        match (&self.inner_tls, &self.record) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => bail!("--record needs --inner-tls"),
+            (Some(v), r) => {
+                let record = match r {
+                    Some(r) => inner_tls::check_record(wire::parse_size(r)?)?,
+                    None => inner_tls::MAX_RECORD,
+                };
+                Ok(Some(InnerTls::new(*v, record)?))
+            }
+        }
+    }
 }
 
 /// Loss detection and latency-test sizes, shared by `run` and `loadgen`.
@@ -173,8 +207,10 @@ fn real_main() -> Result<ExitCode> {
                     rr_count,
                     rr_size,
                 },
+            inner,
             no_charts,
         } => {
+            let inner_tls = inner.build()?;
             if reverse && !tests.contains(&Test::Reverse) && tests.contains(&Test::Throughput) {
                 tests.push(Test::Reverse);
             }
@@ -209,6 +245,7 @@ fn real_main() -> Result<ExitCode> {
                 ttfb_count,
                 rr_count,
                 rr_size,
+                inner_tls,
                 charts: !no_charts,
             };
             let rows = runner::run(&o)?;
@@ -263,10 +300,12 @@ fn real_main() -> Result<ExitCode> {
                     rr_count,
                     rr_size,
                 },
+            inner,
         } => {
             let target = Target {
                 connect,
                 socks_dest,
+                inner_tls: inner.build()?,
             };
             let stall = Duration::from_secs_f64(stall);
             let rt = tokio::runtime::Runtime::new()?;
@@ -292,8 +331,13 @@ fn real_main() -> Result<ExitCode> {
                     stall,
                 },
             ))?;
+            let over = target
+                .inner_tls
+                .as_ref()
+                .map(|t| format!(" ({})", t.describe()))
+                .unwrap_or_default();
             println!(
-                "{} bytes verified in {:.6} s over {concurrency} connection(s): {:.1} MB/s ({:.2} Gbit/s)",
+                "{} bytes verified in {:.6} s over {concurrency} connection(s){over}: {:.1} MB/s ({:.2} Gbit/s)",
                 t.bytes,
                 t.secs,
                 t.mb_per_s(),

@@ -1,13 +1,17 @@
 //! The receiving end: accepts lab connections and serves each by its header's mode. Upload
 //! connections get the running byte total back after every read; on EOF the total is recorded.
+//! A connection that opens with a TLS handshake is served inside TLS (loadgen's inner TLS).
 
 use std::sync::{Arc, Mutex};
+
+use std::task::Poll;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::inner_tls;
 use crate::wire::{random_bytes, Header, Mode, CHUNK, HEADER_LEN};
 
 /// What the receiver saw on one connection.
@@ -18,6 +22,8 @@ pub struct ConnReport {
     pub bytes: u64,
     /// Set when the connection did not complete as its mode requires.
     pub error: Option<String>,
+    /// The inner TLS session the lab protocol ran in, if any.
+    pub tls: Option<inner_tls::Accepted>,
 }
 
 /// Per-connection reports, shared with whoever started the receiver.
@@ -54,9 +60,19 @@ pub async fn serve(listener: TcpListener, reports: Reports, verbose: bool) {
             let _ = s.set_nodelay(true);
             let r = handle(s).await;
             if verbose {
+                let tls = r
+                    .tls
+                    .as_ref()
+                    .map(|t| {
+                        format!(
+                            " in TLS {} ({}, {}-byte records)",
+                            t.version, t.cipher, t.record
+                        )
+                    })
+                    .unwrap_or_default();
                 match &r.error {
-                    None => println!("{peer}: {:?} {} bytes", r.mode, r.bytes),
-                    Some(e) => println!("{peer}: {:?} {} bytes, error: {e}", r.mode, r.bytes),
+                    None => println!("{peer}: {:?} {} bytes{tls}", r.mode, r.bytes),
+                    Some(e) => println!("{peer}: {:?} {} bytes{tls}, error: {e}", r.mode, r.bytes),
                 }
             }
             // Probe connections (a port check that sent nothing) are not worth a report.
@@ -78,7 +94,36 @@ pub async fn start(port: u16) -> Result<(u16, Reports, tokio::task::JoinHandle<(
     Ok((port, reports, h))
 }
 
-async fn handle(mut s: TcpStream) -> ConnReport {
+async fn handle(s: TcpStream) -> ConnReport {
+    let mut first = [0u8; 1];
+    let tls = matches!(s.peek(&mut first).await, Ok(1)) && inner_tls::looks_like_tls(first[0]);
+    if !tls {
+        return serve_conn(s, false).await;
+    }
+    match tokio::time::timeout(IDLE, inner_tls::accept(s)).await {
+        Ok(Ok((t, accepted))) => {
+            let mut r = serve_conn(t, true).await;
+            r.tls = Some(accepted);
+            r
+        }
+        Ok(Err(e)) => ConnReport {
+            mode: None,
+            bytes: 0,
+            error: Some(format!("{e:#}")),
+            tls: None,
+        },
+        Err(_) => ConnReport {
+            mode: None,
+            bytes: 0,
+            error: Some(format!("inner TLS handshake idle for {}s", IDLE.as_secs())),
+            tls: None,
+        },
+    }
+}
+
+/// Serves the lab protocol on `s` (a TCP socket or a TLS session).
+/// `tls`: the stream is an inner TLS session (reads return one record at a time).
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, tls: bool) -> ConnReport {
     let mut hdr = [0u8; HEADER_LEN];
     let mut got = 0;
     while got < HEADER_LEN {
@@ -88,6 +133,7 @@ async fn handle(mut s: TcpStream) -> ConnReport {
                     mode: None,
                     bytes: 0,
                     error: Some("closed before the header".into()),
+                    tls: None,
                 }
             }
             Ok(n) => got += n,
@@ -100,12 +146,13 @@ async fn handle(mut s: TcpStream) -> ConnReport {
                 mode: None,
                 bytes: 0,
                 error: Some(e.to_string()),
+                tls: None,
             }
         }
     };
     let mut bytes = 0u64;
     let res = match h.mode {
-        Mode::Upload => upload(&mut s, &mut bytes).await,
+        Mode::Upload => upload(&mut s, &mut bytes, tls).await,
         Mode::Download => download(&mut s, h.arg, &mut bytes).await,
         Mode::Hello => hello(&mut s).await,
         Mode::Echo => echo(&mut s, h.arg, &mut bytes).await,
@@ -114,34 +161,80 @@ async fn handle(mut s: TcpStream) -> ConnReport {
         mode: Some(h.mode),
         bytes,
         error: res.err().map(|e| format!("{e:#}")),
+        tls: None,
     }
 }
 
-async fn read_t(s: &mut TcpStream, buf: &mut [u8]) -> Result<usize> {
+/// A read that is ready now; None when it would wait.
+async fn read_ready<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut [u8],
+) -> Option<std::io::Result<usize>> {
+    std::future::poll_fn(|cx| {
+        let mut rb = ReadBuf::new(buf);
+        match std::pin::Pin::new(&mut *s).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => Poll::Ready(Some(Ok(rb.filled().len()))),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Pending => Poll::Ready(None),
+        }
+    })
+    .await
+}
+
+async fn read_t<S: AsyncRead + Unpin>(s: &mut S, buf: &mut [u8]) -> Result<usize> {
     match tokio::time::timeout(IDLE, s.read(buf)).await {
         Ok(r) => Ok(r?),
         Err(_) => bail!("idle for {}s", IDLE.as_secs()),
     }
 }
 
-async fn upload(s: &mut TcpStream, total: &mut u64) -> Result<()> {
+/// `drain`: after each read, also take what is already readable (up to the buffer) before
+/// acknowledging. A TLS session returns one record (16 KiB at most) per read; without this the
+/// receiver would answer every record, where on bare TCP it answers every socket read.
+async fn upload<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    total: &mut u64,
+    drain: bool,
+) -> Result<()> {
     // "Nothing yet": tells the loadgen the chain is up before it starts the clock.
     s.write_all(&0u64.to_be_bytes()).await?;
+    s.flush().await?;
     let mut buf = vec![0u8; 256 * 1024];
     loop {
-        let n = read_t(s, &mut buf).await?;
+        let mut n = read_t(s, &mut buf).await?;
         if n == 0 {
             return Ok(());
         }
+        let mut eof = false;
+        while drain && n < buf.len() {
+            match read_ready(s, &mut buf[n..]).await {
+                Some(Ok(0)) => {
+                    eof = true;
+                    break;
+                }
+                Some(Ok(m)) => n += m,
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            }
+        }
         *total += n as u64;
         s.write_all(&total.to_be_bytes()).await?;
+        s.flush().await?;
+        if eof {
+            return Ok(());
+        }
     }
 }
 
-async fn download(s: &mut TcpStream, amount: u64, sent: &mut u64) -> Result<()> {
+async fn download<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    amount: u64,
+    sent: &mut u64,
+) -> Result<()> {
     let data = random_bytes(CHUNK * 2, amount ^ 0x5eed);
     // Ready; then wait for the loadgen's one-byte go, so chain set-up stays out of its timing.
     s.write_all(&0u64.to_be_bytes()).await?;
+    s.flush().await?;
     let mut go = [0u8; 1];
     match tokio::time::timeout(IDLE, s.read_exact(&mut go)).await {
         Ok(Ok(_)) => {}
@@ -154,6 +247,7 @@ async fn download(s: &mut TcpStream, amount: u64, sent: &mut u64) -> Result<()> 
         off = (off + 4099) % CHUNK;
         *sent += n as u64;
     }
+    s.flush().await?;
     // The loadgen acknowledges what it counted; it must be exactly what was sent.
     let mut ack = [0u8; 8];
     match tokio::time::timeout(IDLE, s.read_exact(&mut ack)).await {
@@ -168,8 +262,9 @@ async fn download(s: &mut TcpStream, amount: u64, sent: &mut u64) -> Result<()> 
     Ok(())
 }
 
-async fn hello(s: &mut TcpStream) -> Result<()> {
+async fn hello<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> Result<()> {
     s.write_all(b"A").await?;
+    s.flush().await?;
     let mut buf = [0u8; 512];
     // Hold the connection until the other side closes it.
     loop {
@@ -180,7 +275,11 @@ async fn hello(s: &mut TcpStream) -> Result<()> {
     }
 }
 
-async fn echo(s: &mut TcpStream, size: u64, total: &mut u64) -> Result<()> {
+async fn echo<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    size: u64,
+    total: &mut u64,
+) -> Result<()> {
     if size == 0 || size > 1 << 20 {
         bail!("echo message size {size} out of range");
     }
@@ -199,5 +298,6 @@ async fn echo(s: &mut TcpStream, size: u64, total: &mut u64) -> Result<()> {
         }
         *total += size;
         s.write_all(&msg).await?;
+        s.flush().await?;
     }
 }

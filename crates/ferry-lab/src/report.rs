@@ -120,6 +120,8 @@ struct JsonDoc<'a> {
     amount_bytes: u64,
     runs: usize,
     baseline: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inner_tls: Option<&'a crate::inner_tls::InnerTls>,
     rows: &'a [Row],
 }
 
@@ -130,6 +132,7 @@ pub fn write_json(out: &Path, o: &RunOpts, rows: &[Row]) -> Result<()> {
         amount_bytes: o.amount,
         runs: o.runs,
         baseline: o.baseline.as_deref(),
+        inner_tls: o.inner_tls.as_ref(),
         rows,
     };
     let p = out.join("results.json");
@@ -274,11 +277,21 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
             continue;
         }
         let (title, dir) = test.heading();
+        let inner = match (&o.inner_tls, test) {
+            (None, _) => String::new(),
+            (Some(_), Test::Iperf3 | Test::Iperf3Reverse) => {
+                " The iperf3 traffic is not TLS (`--inner-tls` applies to loadgen only).".into()
+            }
+            (Some(t), _) => format!(
+                " Traffic: {} from loadgen to receiver; MB/s counts the inner plaintext.",
+                t.describe()
+            ),
+        };
         let _ =
             writeln!(
             md,
             "## {title} ({dir})\n\n{} per measurement split over the connections; median of {} run(s). \
-             CPU is user+system time of every proxy process; RSS is their summed peak (VmHWM).\n",
+             CPU is user+system time of every proxy process; RSS is their summed peak (VmHWM).{inner}\n",
             human_bytes(o.amount),
             o.runs
         );
@@ -345,7 +358,8 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
     if !lat.is_empty() {
         let _ = writeln!(
             md,
-            "## Latency\n\nTime to first byte = connect + chain set-up + one byte back; round trips of {}-byte messages on one connection. Milliseconds, first run.\n",
+            "## Latency\n\nTime to first byte = connect + chain set-up{} + one byte back; round trips of {}-byte messages on one connection. Milliseconds, first run.\n",
+            if o.inner_tls.is_some() { " + the inner TLS handshake" } else { "" },
             o.rr_size
         );
         let _ = writeln!(

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::inner_tls::InnerTls;
 use crate::loadgen::{self, BulkOpts, Target};
 use crate::procs::{self, ProcSet};
 use crate::receiver;
@@ -113,6 +114,8 @@ pub struct RunOpts {
     pub ttfb_count: usize,
     pub rr_count: usize,
     pub rr_size: usize,
+    /// loadgen speaks TLS to the receiver through the chain (not iperf3, which has no TLS).
+    pub inner_tls: Option<InnerTls>,
     /// Write charts (PNG).
     pub charts: bool,
 }
@@ -579,18 +582,22 @@ impl Ctx<'_> {
             );
         }
         let local = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+        let inner_tls = self.o.inner_tls.clone();
         let target = match (s.entry, entry) {
             (Entry::Socks, Some(e)) => Target {
                 connect: local(e),
                 socks_dest: Some(local(target_port)),
+                inner_tls,
             },
             (_, Some(e)) => Target {
                 connect: local(e),
                 socks_dest: None,
+                inner_tls,
             },
             (_, None) => Target {
                 connect: local(target_port),
                 socks_dest: None,
+                inner_tls,
             },
         };
         Ok(Chain { procs: set, target })
@@ -793,6 +800,16 @@ impl Ctx<'_> {
         for r in &seen {
             if let Some(e) = &r.error {
                 bail!("receiver: {e}");
+            }
+            // The receiver must have served the inner TLS asked for (and none when none was).
+            let want_tls = self
+                .o
+                .inner_tls
+                .as_ref()
+                .map(|t| (t.version.label().to_string(), t.record));
+            let got_tls = r.tls.as_ref().map(|t| (t.version.clone(), t.record));
+            if want_tls != got_tls {
+                bail!("receiver: inner TLS {got_tls:?}, expected {want_tls:?}");
             }
             let expect_mode = if job.test == Test::Reverse {
                 crate::wire::Mode::Download

@@ -50,6 +50,7 @@ async fn direct_upload_and_download_agree() {
     let t = Target {
         connect: local(port),
         socks_dest: None,
+        inner_tls: None,
     };
     let up = loadgen::bulk(&t, &opts(AMOUNT, 3, false)).await.unwrap();
     assert_eq!(up.bytes, 3 * AMOUNT);
@@ -76,6 +77,7 @@ async fn latency_modes_report_every_sample() {
     let t = Target {
         connect: local(port),
         socks_dest: None,
+        inner_tls: None,
     };
     let f = loadgen::ttfb(&t, 20, Duration::from_secs(5)).await.unwrap();
     assert_eq!(f.samples, 20);
@@ -128,6 +130,7 @@ async fn socks5_upload_and_download_agree() {
     let t = Target {
         connect: local(socks),
         socks_dest: Some(local(port)),
+        inner_tls: None,
     };
     let up = loadgen::bulk(&t, &opts(AMOUNT, 2, false)).await.unwrap();
     assert_eq!(up.bytes, 2 * AMOUNT);
@@ -224,6 +227,7 @@ async fn faulty_result(fault: Fault, reverse: bool) -> String {
     let t = Target {
         connect: local(relay),
         socks_dest: None,
+        inner_tls: None,
     };
     let r = tokio::time::timeout(
         Duration::from_secs(30),

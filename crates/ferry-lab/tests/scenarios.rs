@@ -15,6 +15,7 @@ const MUST_SHIP: &[&str] = &[
     "vmess-zero",
     "vless-tcp",
     "vless-tls",
+    "vless-vision",
     "trojan-tls",
     "ss-aes-128-gcm",
     "ss-aes-256-gcm",
