@@ -83,27 +83,15 @@ impl InboundHandler for Inbound {
         }
         let req = match timeout_at(deadline, r.read_until(codec::decode_request)).await {
             Err(_) => {
-                tracing::info!(
-                    "[{}] vless from {}: handshake timed out",
-                    ctx.tag,
-                    ctx.info.source
-                );
+                ctx.reject("vless", "timeout", &"handshake timed out");
                 return Ok(Accepted::Done);
             }
             Ok(Err(e)) => {
-                tracing::info!(
-                    "[{}] vless from {}: reading header: {e}",
-                    ctx.tag,
-                    ctx.info.source
-                );
+                ctx.reject("vless", "truncated", &format_args!("reading header: {e}"));
                 return Ok(Accepted::Done);
             }
             Ok(Ok(Err(e))) => {
-                tracing::warn!(
-                    "[{}] vless from {}: invalid request: {e}",
-                    ctx.tag,
-                    ctx.info.source
-                );
+                ctx.reject("vless", "bad_header", &e);
                 return Ok(Accepted::Done);
             }
             Ok(Ok(Ok((req, n)))) => {
@@ -114,12 +102,8 @@ impl InboundHandler for Inbound {
         let key = codec::lookup_key(&req.uuid);
         let users = self.users.load();
         let Some(acct) = users.iter().find(|a| a.key == key) else {
-            tracing::warn!(
-                "[{}] vless from {}: invalid request: unknown user {}",
-                ctx.tag,
-                ctx.info.source,
-                crate::common::uuid::format(&req.uuid)
-            );
+            let id = crate::common::uuid::format(&req.uuid);
+            ctx.reject("vless", "unknown_user", &format_args!("unknown user {id}"));
             return Ok(Accepted::Done);
         };
         let vision = match check_flow(&req, acct, &mut r) {
