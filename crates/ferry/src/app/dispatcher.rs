@@ -224,8 +224,7 @@ impl Dispatcher {
         let level = self.policy.level(0);
         let opts = level.relay_opts();
         let counters = crate::relay::Counters::default();
-        crate::relay::run(client, server, &opts, &counters).await?;
-        Ok(())
+        crate::relay::run(client, server, &opts, &counters).await.1
     }
 
     /// Routes, dials and relays one TCP session to its end. `stream` is the client side,
@@ -275,26 +274,24 @@ impl Dispatcher {
             };
             let counters = self.counters(&session, inbound, &outbound);
             drop(outbound);
-            let r = relay::run(stream, remote, &opts, &counters).await;
-            match &r {
-                Ok(st) => tracing::debug!(
-                    "[{}] {} done: up {} down {} spliced {}/{} timeout {:?}",
-                    session.inbound_tag,
-                    session.dest,
-                    st.up,
-                    st.down,
-                    st.up_spliced,
-                    st.down_spliced,
-                    st.timed_out
-                ),
-                Err(e) => tracing::debug!(
-                    "[{}] {} relay ended: {}",
-                    session.inbound_tag,
-                    session.dest,
-                    e
-                ),
-            }
-            r
+            let (st, r) = relay::run(stream, remote, &opts, &counters).await;
+            // What moved is logged however the relay ended: a reset at the end of a long
+            // transfer still carried every byte counted here.
+            let ended = match &r {
+                Ok(()) => format!("timeout {:?}", st.timed_out),
+                Err(e) => format!("error: {e}"),
+            };
+            tracing::debug!(
+                "[{}] {} done: up {} down {} spliced {}/{} {}",
+                session.inbound_tag,
+                session.dest,
+                st.up,
+                st.down,
+                st.up_spliced,
+                st.down_spliced,
+                ended
+            );
+            r.map(|()| st)
         }
     }
 

@@ -87,7 +87,8 @@ impl RelayStats {
 }
 
 /// Moves bytes both ways between the client side `a` and the server side `b` until both
-/// directions finish, an error occurs, or a timeout fires.
+/// directions finish, an error occurs, or a timeout fires. The stats count what moved in
+/// every case, an error included (a reset at the end of a long transfer still moved it all).
 ///
 /// What an idle connection keeps is this future, so it is laid out to be small: the state of
 /// each direction is a plain struct polled by hand (no readiness futures held), in a
@@ -99,7 +100,7 @@ pub fn run<'a>(
     mut b: BoxStream,
     opts: &'a RelayOpts,
     counters: &'a Counters,
-) -> impl Future<Output = io::Result<RelayStats>> + Send + 'a {
+) -> impl Future<Output = (RelayStats, io::Result<()>)> + Send + 'a {
     async move {
         let activity = Activity::new();
         let mut up = Direction::start(&mut *a, &*b, opts);
@@ -108,14 +109,18 @@ pub fn run<'a>(
             Dir::Up => up.poll(cx, &mut *a, &mut *b, &counters.up, &activity),
             Dir::Down => down.poll(cx, &mut *b, &mut *a, &counters.down, &activity),
         };
-        let (_, _, timed_out) = drive(poll_dir, opts, &activity).await?;
-        Ok(RelayStats {
+        let (timed_out, result) = match drive(poll_dir, opts, &activity).await {
+            Ok((_, _, t)) => (t, Ok(())),
+            Err(e) => (None, Err(e)),
+        };
+        let stats = RelayStats {
             up: up.total,
             down: down.total,
             up_spliced: up.spliced,
             down_spliced: down.spliced,
             timed_out,
-        })
+        };
+        (stats, result)
     }
 }
 
@@ -211,6 +216,12 @@ mod tests {
         (c, s)
     }
 
+    /// The stats of a relay that must have ended without an error.
+    fn ok((st, r): (RelayStats, io::Result<()>)) -> RelayStats {
+        r.unwrap();
+        st
+    }
+
     fn counters() -> Counters {
         Counters {
             up: vec![Arc::new(AtomicU64::new(0))],
@@ -256,11 +267,8 @@ mod tests {
         let a: BoxStream = Box::new(Prefixed::new(Bytes::from_static(b"head:"), Box::new(a)));
         let cs = counters();
         let c2 = cs.clone();
-        let relay = tokio::spawn(async move {
-            run(a, Box::new(b), &RelayOpts::default(), &c2)
-                .await
-                .unwrap()
-        });
+        let relay =
+            tokio::spawn(async move { ok(run(a, Box::new(b), &RelayOpts::default(), &c2).await) });
         let up = vec![7u8; 3 << 20];
         let down = vec![9u8; 2 << 20];
         let (got_client, got_server) = exchange(client, server, up.clone(), down.clone()).await;
@@ -281,9 +289,7 @@ mod tests {
         let cs = counters();
         let c2 = cs.clone();
         let relay = tokio::spawn(async move {
-            run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2)
-                .await
-                .unwrap()
+            ok(run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2).await)
         });
         let up: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
         let down: Vec<u8> = (0..700_000u32).map(|i| (i * 7) as u8).collect();
@@ -298,6 +304,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reset_keeps_the_count_of_what_moved() {
+        for splice in [true, false] {
+            let (mut client, a) = tcp_pair().await;
+            let (b, mut server) = tcp_pair().await;
+            let opts = RelayOpts {
+                splice,
+                ..RelayOpts::default()
+            };
+            let relay = tokio::spawn(async move {
+                run(Box::new(a), Box::new(b), &opts, &Counters::default()).await
+            });
+            let down = vec![3u8; 1 << 20];
+            server.write_all(&down).await.unwrap();
+            let mut got = vec![0u8; down.len()];
+            client.read_exact(&mut got).await.unwrap();
+            // The server resets: unread data in its buffer and linger 0.
+            client.write_all(b"unread").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            socket2::SockRef::from(&server)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+            drop(server);
+            let (st, r) = tokio::time::timeout(Duration::from_secs(5), relay)
+                .await
+                .expect("relay ended")
+                .unwrap();
+            assert!(r.is_err(), "splice {splice}: the reset is reported");
+            assert_eq!(st.down, down.len() as u64, "splice {splice}");
+            assert_eq!(st.up, 6, "splice {splice}");
+        }
+    }
+
+    #[tokio::test]
     async fn idle_timeout_ends_a_silent_relay() {
         for splice in [true, false] {
             let (_client, a) = tcp_pair().await;
@@ -308,9 +347,7 @@ mod tests {
                 ..RelayOpts::default()
             };
             let t = Instant::now();
-            let st = run(Box::new(a), Box::new(b), &opts, &Counters::default())
-                .await
-                .unwrap();
+            let st = ok(run(Box::new(a), Box::new(b), &opts, &Counters::default()).await);
             assert_eq!(st.timed_out, Some("connIdle"));
             assert!(t.elapsed() >= Duration::from_millis(200));
             assert!(t.elapsed() < Duration::from_secs(5));
@@ -326,9 +363,7 @@ mod tests {
             ..RelayOpts::default()
         };
         let relay = tokio::spawn(async move {
-            run(Box::new(a), Box::new(b), &opts, &Counters::default())
-                .await
-                .unwrap()
+            ok(run(Box::new(a), Box::new(b), &opts, &Counters::default()).await)
         });
         client.shutdown().await.unwrap();
         let st = tokio::time::timeout(Duration::from_secs(5), relay)
@@ -417,9 +452,7 @@ mod tests {
         let cs = counters();
         let c2 = cs.clone();
         let relay = tokio::spawn(async move {
-            run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2)
-                .await
-                .unwrap()
+            ok(run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2).await)
         });
         let up = pattern(3 << 20);
         let mut wire = up.clone();
@@ -449,14 +482,13 @@ mod tests {
             held: Vec::new(),
         };
         let relay = tokio::spawn(async move {
-            run(
+            ok(run(
                 Box::new(a),
                 Box::new(b),
                 &RelayOpts::default(),
                 &Counters::default(),
             )
-            .await
-            .unwrap()
+            .await)
         });
         let up = pattern(100_000);
         let wire: Vec<u8> = up.iter().map(|b| b ^ 0x5a).collect();
