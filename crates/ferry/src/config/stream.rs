@@ -1,8 +1,13 @@
 //! `streamSettings`: the transport and security below a protocol, read into the one typed
 //! [`StreamSettings`] that builds both the acceptor and the dialer chain.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::config::reader::{ConfigError, Obj, Result};
-pub use crate::transport::chain::{Security, StreamSettings};
+pub use crate::transport::chain::{Network, Security, StreamSettings};
+use crate::transport::upgrade::UpgradeSettings;
+use crate::transport::ws::WsSettings;
 
 /// Reads `streamSettings` objects.
 pub trait ParseStream: Sized {
@@ -16,9 +21,25 @@ impl ParseStream for StreamSettings {
             return Ok(StreamSettings::default());
         };
         let mut out = StreamSettings::default();
+        let mut default_alpn = super::tls::DEFAULT_ALPN;
         if let Some(n) = s.str_alias(&["network", "method"])? {
             match n.to_ascii_lowercase().as_str() {
                 "tcp" | "raw" => {}
+                "ws" | "websocket" => {
+                    let w = ws_settings(s.obj("wsSettings")?, &mut out, outbound)?;
+                    out.network = Network::Ws(Arc::new(w));
+                    if outbound {
+                        default_alpn = &["http/1.1"];
+                    }
+                }
+                "httpupgrade" => {
+                    let h =
+                        httpupgrade_settings(s.obj("httpupgradeSettings")?, &mut out, outbound)?;
+                    out.network = Network::HttpUpgrade(Arc::new(h));
+                    if outbound {
+                        default_alpn = &["http/1.1"];
+                    }
+                }
                 _ => {
                     let p = s
                         .get_alias(&["network", "method"])
@@ -33,7 +54,8 @@ impl ParseStream for StreamSettings {
                 "" | "none" => {}
                 "tls" => {
                     let t = s.obj("tlsSettings")?;
-                    out.security = Security::Tls(super::tls::parse(t, s.path(), outbound)?);
+                    out.security =
+                        Security::Tls(super::tls::parse(t, s.path(), outbound, default_alpn)?);
                 }
                 _ => {
                     return Err(ConfigError::new(
@@ -87,6 +109,9 @@ impl ParseStream for StreamSettings {
             if so.bool("acceptProxyProtocol")?.unwrap_or(false) {
                 accept_pp(&mut out, &so, outbound);
             }
+            if let Some(t) = so.str_list("trustedXForwardedFor")? {
+                out.trusted_xff = t.into();
+            }
             if let Some(t) = so.str("tproxy")? {
                 if !t.eq_ignore_ascii_case("off") {
                     return Err(ConfigError::new(
@@ -111,7 +136,6 @@ impl ParseStream for StreamSettings {
                 "tcpCongestion",
                 "v6only",
                 "tcpMptcp",
-                "trustedXForwardedFor",
                 "tcpUserTimeout",
                 "tcpMaxSeg",
                 "tcpWindowClamp",
@@ -131,6 +155,114 @@ impl ParseStream for StreamSettings {
         s.finish();
         Ok(out)
     }
+}
+
+/// `headers`: an object of strings.
+fn headers(o: &Obj<'_>) -> Result<Vec<(String, String)>> {
+    let Some((p, v)) = o.get("headers") else {
+        return Ok(Vec::new());
+    };
+    let Some(m) = v.as_object() else {
+        return Err(ConfigError::new(p, "expected an object of strings"));
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let v = v.as_str().ok_or_else(|| {
+                ConfigError::new(
+                    crate::config::reader::join(&p, k),
+                    "expected a string (header value)",
+                )
+            })?;
+            if k.is_empty() || k.bytes().any(|b| b.is_ascii_whitespace() || b == b':') {
+                return Err(ConfigError::new(
+                    crate::config::reader::join(&p, k),
+                    "not a header name",
+                ));
+            }
+            if v.contains(['\r', '\n']) {
+                return Err(ConfigError::new(
+                    crate::config::reader::join(&p, k),
+                    "a header value may not hold a line break",
+                ));
+            }
+            Ok((k.clone(), v.to_string()))
+        })
+        .collect()
+}
+
+/// `path`, `host` and `headers` of `httpupgradeSettings`, and the part of `wsSettings` they
+/// share. `ws`: a `Host` key in `headers` is the deprecated spelling of `host` (an HTTPUpgrade
+/// config with one is an error, as in Xray).
+fn upgrade_settings(o: &Obj<'_>, ws: bool) -> Result<UpgradeSettings> {
+    let mut u = UpgradeSettings::with_path(&o.str("path")?.unwrap_or_default());
+    u.host = o.str("host")?.unwrap_or_default();
+    for (k, v) in headers(o)? {
+        if k.eq_ignore_ascii_case("host") {
+            if !ws {
+                return Err(ConfigError::new(
+                    o.key_path("headers"),
+                    "\"headers\" can't contain \"host\"",
+                ));
+            }
+            o.diag().warn(
+                &o.key_path("headers"),
+                "\"host\" in \"headers\" is deprecated; use \"host\"",
+            );
+            if u.host.is_empty() {
+                u.host = v;
+            }
+        } else {
+            u.headers.push((k, v));
+        }
+    }
+    Ok(u)
+}
+
+/// `httpupgradeSettings`.
+fn httpupgrade_settings(
+    o: Option<Obj<'_>>,
+    out: &mut StreamSettings,
+    outbound: bool,
+) -> Result<UpgradeSettings> {
+    let Some(o) = o else {
+        return Ok(UpgradeSettings::with_path("/"));
+    };
+    let u = upgrade_settings(&o, false)?;
+    if o.bool("acceptProxyProtocol")?.unwrap_or(false) {
+        accept_pp(out, &o, outbound);
+    }
+    o.finish();
+    Ok(u)
+}
+
+/// `wsSettings` (Xray's, with v2ray's `maxEarlyData` / `earlyDataHeaderName`).
+fn ws_settings(o: Option<Obj<'_>>, out: &mut StreamSettings, outbound: bool) -> Result<WsSettings> {
+    let mut w = WsSettings::default();
+    let Some(o) = o else {
+        return Ok(w);
+    };
+    w.upgrade = upgrade_settings(&o, true)?;
+    if o.bool("acceptProxyProtocol")?.unwrap_or(false) {
+        accept_pp(out, &o, outbound);
+    }
+    if let Some(n) = o.u64("maxEarlyData")? {
+        w.upgrade.max_early = n as usize;
+    }
+    let header = o.str("earlyDataHeaderName")?.unwrap_or_default();
+    if !header.is_empty() {
+        w.early_header = header;
+    } else if o.has("maxEarlyData") && w.upgrade.max_early > 0 {
+        return Err(ConfigError::new(
+            o.key_path("maxEarlyData"),
+            "early data appended to the path (v2ray without earlyDataHeaderName) is not supported; set earlyDataHeaderName to \"Sec-WebSocket-Protocol\"",
+        ));
+    }
+    if let Some(p) = o.u64("heartbeatPeriod")? {
+        w.heartbeat = (p > 0).then(|| Duration::from_secs(p));
+    }
+    o.ignore(&["useBrowserForwarding"]);
+    o.finish();
+    Ok(w)
 }
 
 /// `acceptProxyProtocol: true` (inbounds; outbounds ignore it, as Xray does).

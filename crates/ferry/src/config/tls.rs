@@ -9,8 +9,8 @@ use crate::transport::tls::{
     parse_pin, CertSource, CertificateEntry, TlsLayer, TlsSettings, Version,
 };
 
-/// Xray's default ALPN for raw TCP.
-const DEFAULT_ALPN: [&str; 2] = ["h2", "http/1.1"];
+/// Xray's default ALPN (servers, and clients over raw TCP).
+pub const DEFAULT_ALPN: &[&str] = &["h2", "http/1.1"];
 
 fn version(o: &Obj<'_>, key: &str, max: bool) -> Result<Option<Version>> {
     let Some(v) = o.str(key)? else {
@@ -39,10 +39,16 @@ fn version(o: &Obj<'_>, key: &str, max: bool) -> Result<Option<Version>> {
 }
 
 /// Reads `tlsSettings` (absent: defaults) and builds the inbound (server) or outbound (client)
-/// side.
-pub fn parse(t: Option<Obj<'_>>, path: &str, outbound: bool) -> Result<Arc<TlsLayer>> {
+/// side. `default_alpn`: what is offered when `alpn` is not set (a transport over TLS wants
+/// its own: `http/1.1` under WebSocket, as Xray).
+pub fn parse(
+    t: Option<Obj<'_>>,
+    path: &str,
+    outbound: bool,
+    default_alpn: &[&str],
+) -> Result<Arc<TlsLayer>> {
     let mut s = TlsSettings {
-        alpn: DEFAULT_ALPN.iter().map(|a| a.to_string()).collect(),
+        alpn: default_alpn.iter().map(|a| a.to_string()).collect(),
         ..Default::default()
     };
     let mut certs_path = format!("{path}.tlsSettings.certificates");

@@ -22,11 +22,15 @@ pub trait Layer: Send + Sync + 'static {
 }
 
 /// `streamSettings.network`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Network {
     /// `tcp` / `raw`.
     #[default]
     Raw,
+    /// `ws` / `websocket`.
+    Ws(Arc<super::ws::WsSettings>),
+    /// `httpupgrade`.
+    HttpUpgrade(Arc<super::upgrade::UpgradeSettings>),
 }
 
 /// `streamSettings.security`.
@@ -50,6 +54,9 @@ pub struct StreamSettings {
     /// Outbounds: dial through the outbound with this tag (`sockopt.dialerProxy`, or
     /// `proxySettings.tag` on the outbound).
     pub dialer_proxy: Option<String>,
+    /// `sockopt.trustedXForwardedFor`: header names whose presence makes an HTTP-based
+    /// transport trust `X-Forwarded-For` (empty: always, as Xray 26.3).
+    pub trusted_xff: Arc<[String]>,
 }
 
 impl StreamSettings {
@@ -61,12 +68,27 @@ impl StreamSettings {
         if self.accept_proxy_protocol {
             layers.push(Arc::new(super::proxy_protocol::AcceptProxyProtocol));
         }
-        match &self.security {
-            Security::None => {}
-            Security::Tls(t) => layers.push(t.clone()),
-        }
-        match self.network {
+        let tls_name = match &self.security {
+            Security::None => None,
+            Security::Tls(t) => {
+                layers.push(t.clone());
+                t.server_name().map(str::to_string)
+            }
+        };
+        match &self.network {
             Network::Raw => {}
+            Network::Ws(s) => layers.push(Arc::new(super::ws::WsLayer {
+                settings: s.clone(),
+                tls_name,
+                trusted_xff: self.trusted_xff.clone(),
+            })),
+            Network::HttpUpgrade(s) => {
+                layers.push(Arc::new(super::httpupgrade::HttpUpgradeLayer {
+                    settings: s.clone(),
+                    tls_name,
+                    trusted_xff: self.trusted_xff.clone(),
+                }))
+            }
         }
         layers
     }

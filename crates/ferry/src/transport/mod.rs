@@ -8,12 +8,15 @@
 //! read ahead through one [`ReadAhead`].
 
 pub mod chain;
+pub mod httpupgrade;
 pub mod listener;
 pub mod prefixed;
 pub mod proxy_protocol;
 pub mod read_ahead;
 pub mod tcp;
 pub mod tls;
+pub mod upgrade;
+pub mod ws;
 
 use std::any::Any;
 use std::io;

@@ -388,6 +388,32 @@ pub fn parse_status(head: &[u8]) -> Result<u16, Error> {
     }
 }
 
+/// A parsed response head: the status code and the header lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead<'a> {
+    pub status: u16,
+    pub headers: Vec<Header<'a>>,
+}
+
+impl<'a> ResponseHead<'a> {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+}
+
+/// Parses a response head: status line and headers.
+pub fn parse_response(head: &[u8]) -> Result<ResponseHead<'_>, Error> {
+    let status = parse_status(head)?;
+    Ok(ResponseHead {
+        status,
+        headers: parse_headers(lines(head).skip(1))?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

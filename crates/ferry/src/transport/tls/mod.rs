@@ -182,6 +182,11 @@ impl std::fmt::Debug for TlsLayer {
 }
 
 impl TlsLayer {
+    /// A client's configured `serverName`.
+    pub fn server_name(&self) -> Option<&str> {
+        self.server_name.as_deref()
+    }
+
     /// The server side of `s`.
     pub fn server(s: &TlsSettings) -> Result<TlsLayer, String> {
         Ok(TlsLayer {
