@@ -1,4 +1,4 @@
-//! The WebSocket and HTTPUpgrade transports against the real peers: Xray and sing-box (and
+//! The WebSocket, HTTPUpgrade and gRPC transports against the real peers: Xray and sing-box (and
 //! v2ray 4.34 for WebSocket), each as client and as server against Ferry, under VMess, VLESS
 //! and Trojan, with TLS and without, with early data in the TLS cases where the server has it
 //! (Xray's `?ed=2048`, sing-box's `max_early_data`; v2ray 4.34 predates early data). Every chain
@@ -45,6 +45,9 @@ use Proto::*;
 enum Net {
     Ws,
     Hu,
+    Grpc,
+    /// gRPC with `multiMode` on the client (TunMulti).
+    GrpcMulti,
 }
 use Net::*;
 
@@ -71,6 +74,7 @@ fn path(c: &Case) -> &'static str {
     match c.net {
         Ws => "/ray",
         Hu => "/hu",
+        Grpc | GrpcMulti => "gsvc",
     }
 }
 
@@ -90,6 +94,11 @@ fn xray_stream(imp: Imp, c: &Case, tls: &Tls, server: bool) -> String {
         (Hu, _, false) => {
             format!(r#""network":"httpupgrade","httpupgradeSettings":{{"path":"{p}"}}"#)
         }
+        (Grpc, ..) => format!(r#""network":"grpc","grpcSettings":{{"serviceName":"{p}"}}"#),
+        (GrpcMulti, ..) => format!(
+            r#""network":"grpc","grpcSettings":{{"serviceName":"{p}","multiMode":{}}}"#,
+            !server
+        ),
     };
     let sec = match (c.tls, server, imp) {
         (false, ..) => r#""security":"none""#.to_string(),
@@ -161,6 +170,8 @@ fn singbox_transport(c: &Case) -> String {
         ),
         (Ws, false) => format!(r#"{{"type":"ws","path":"{p}"}}"#),
         (Hu, _) => format!(r#"{{"type":"httpupgrade","path":"{p}"}}"#),
+        // sing-box calls Tun only (its multi mode is not Xray's).
+        (Grpc | GrpcMulti, _) => format!(r#"{{"type":"grpc","service_name":"{p}"}}"#),
     }
 }
 
@@ -342,6 +353,7 @@ macro_rules! cases {
                 // HTTPUpgrade server loses what a client sends before its answer (Go's http
                 // server keeps it in a buffer the hijack drops).
                 let ed = $tls
+                    && matches!($net, Ws | Hu)
                     && $server != V2ray
                     && !($server == SingBox && $net == Hu);
                 case($client, $server, Case { proto: $proto, net: $net, tls: $tls, ed });
@@ -411,6 +423,26 @@ cases! {
     v2ray_to_ferry_vless_ws_tls: V2ray, Ferry, Vless, Ws, true;
     v2ray_to_ferry_trojan_ws: V2ray, Ferry, Trojan, Ws, false;
     v2ray_to_ferry_trojan_ws_tls: V2ray, Ferry, Trojan, Ws, true;
+    ferry_to_xray_vless_grpc: Ferry, Xray, Vless, Grpc, false;
+    ferry_to_xray_vless_grpc_tls: Ferry, Xray, Vless, Grpc, true;
+    ferry_to_xray_vmess_grpc_multi_tls: Ferry, Xray, Vmess, GrpcMulti, true;
+    ferry_to_xray_trojan_grpc_tls: Ferry, Xray, Trojan, Grpc, true;
+    ferry_to_xray_trojan_grpc_multi: Ferry, Xray, Trojan, GrpcMulti, false;
+    xray_to_ferry_vless_grpc: Xray, Ferry, Vless, Grpc, false;
+    xray_to_ferry_vless_grpc_tls: Xray, Ferry, Vless, Grpc, true;
+    xray_to_ferry_vmess_grpc_multi_tls: Xray, Ferry, Vmess, GrpcMulti, true;
+    xray_to_ferry_vmess_grpc: Xray, Ferry, Vmess, Grpc, false;
+    xray_to_ferry_trojan_grpc_tls: Xray, Ferry, Trojan, Grpc, true;
+    xray_to_ferry_trojan_grpc_multi: Xray, Ferry, Trojan, GrpcMulti, false;
+    ferry_to_singbox_vless_grpc: Ferry, SingBox, Vless, Grpc, false;
+    ferry_to_singbox_vless_grpc_tls: Ferry, SingBox, Vless, Grpc, true;
+    ferry_to_singbox_vmess_grpc_tls: Ferry, SingBox, Vmess, Grpc, true;
+    ferry_to_singbox_trojan_grpc_tls: Ferry, SingBox, Trojan, Grpc, true;
+    singbox_to_ferry_vless_grpc: SingBox, Ferry, Vless, Grpc, false;
+    singbox_to_ferry_vless_grpc_tls: SingBox, Ferry, Vless, Grpc, true;
+    singbox_to_ferry_vmess_grpc_tls: SingBox, Ferry, Vmess, Grpc, true;
+    singbox_to_ferry_trojan_grpc_tls: SingBox, Ferry, Trojan, Grpc, true;
+    ferry_to_ferry_trojan_grpc_multi_tls: Ferry, Ferry, Trojan, GrpcMulti, true;
     ferry_to_ferry_vless_ws_tls_ed: Ferry, Ferry, Vless, Ws, true;
     ferry_to_ferry_vmess_hu_tls_ed: Ferry, Ferry, Vmess, Hu, true;
 }

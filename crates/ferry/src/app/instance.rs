@@ -410,6 +410,32 @@ impl Serve {
                         }
                     }
                 };
+                if let Some(grpc) = me.acceptor.grpc().cloned() {
+                    // Each call of the connection is served as a connection of its own.
+                    let each = |s: crate::transport::BoxStream, info: ConnInfo| {
+                        let me = me.clone();
+                        let ctx = me.ctx(info);
+                        let guard = me.live.enter();
+                        tokio::spawn(async move {
+                            let _guard = guard;
+                            if let Err(e) = me.dispatcher.serve(&*me.handler, s, &ctx).await {
+                                tracing::info!(
+                                    "[{}] connection from {} ended: {e}",
+                                    me.tag,
+                                    ctx.info.source
+                                );
+                            }
+                        });
+                    };
+                    if let Err(e) = grpc.serve(stream, &ctx.info, &each).await {
+                        tracing::info!(
+                            "[{}] gRPC connection from {}: {e}",
+                            me.tag,
+                            ctx.info.source
+                        );
+                    }
+                    return;
+                }
                 if let Err(e) = me.dispatcher.serve(&*me.handler, stream, &ctx).await {
                     tracing::info!(
                         "[{}] connection from {} ended: {e}",

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::config::reader::{ConfigError, Obj, Result};
 pub use crate::transport::chain::{Network, Security, StreamSettings};
+use crate::transport::grpc::GrpcSettings;
 use crate::transport::upgrade::UpgradeSettings;
 use crate::transport::ws::WsSettings;
 
@@ -39,6 +40,13 @@ impl ParseStream for StreamSettings {
                     if outbound {
                         default_alpn = &["http/1.1"];
                     }
+                }
+                "grpc" | "gun" => {
+                    let g = grpc_settings(s.obj("grpcSettings")?, outbound)?;
+                    out.network = Network::Grpc(Arc::new(g));
+                    // gRPC is HTTP/2: Xray forces h2 on the server and a client puts it
+                    // first.
+                    default_alpn = &["h2"];
                 }
                 _ => {
                     let p = s
@@ -263,6 +271,37 @@ fn ws_settings(o: Option<Obj<'_>>, out: &mut StreamSettings, outbound: bool) -> 
     o.ignore(&["useBrowserForwarding"]);
     o.finish();
     Ok(w)
+}
+
+/// `grpcSettings`.
+fn grpc_settings(o: Option<Obj<'_>>, outbound: bool) -> Result<GrpcSettings> {
+    let Some(o) = o else {
+        return GrpcSettings::new("").map_err(|e| ConfigError::new("grpcSettings", e));
+    };
+    let name = o.str("serviceName")?.unwrap_or_default();
+    let mut g =
+        GrpcSettings::new(&name).map_err(|e| ConfigError::new(o.key_path("serviceName"), e))?;
+    g.multi = o.bool("multiMode")?.unwrap_or(false);
+    g.authority = o.str("authority")?.unwrap_or_default();
+    g.user_agent = o.str("user_agent")?.unwrap_or_default();
+    if let Some(t) = o.i64("idle_timeout")? {
+        // As Xray: below 10 s is 10 s; 0 (or less) is no health check.
+        g.idle_timeout = (t > 0).then(|| Duration::from_secs(t.max(10) as u64));
+    }
+    if let Some(t) = o.i64("health_check_timeout")? {
+        if t > 0 {
+            g.health_check_timeout = Duration::from_secs(t as u64);
+        }
+    }
+    if let Some(w) = o.i64("initial_windows_size")? {
+        g.initial_window = w.clamp(0, i32::MAX as i64) as u32;
+    }
+    o.ignore(&["permit_without_stream"]);
+    if !outbound && (g.multi || g.idle_timeout.is_some()) {
+        // Client settings on a server: Xray ignores them too.
+    }
+    o.finish();
+    Ok(g)
 }
 
 /// `acceptProxyProtocol: true` (inbounds; outbounds ignore it, as Xray does).

@@ -31,6 +31,8 @@ pub enum Network {
     Ws(Arc<super::ws::WsSettings>),
     /// `httpupgrade`.
     HttpUpgrade(Arc<super::upgrade::UpgradeSettings>),
+    /// `grpc` / `gun`.
+    Grpc(Arc<super::grpc::GrpcSettings>),
 }
 
 /// `streamSettings.security`.
@@ -60,7 +62,8 @@ pub struct StreamSettings {
 }
 
 impl StreamSettings {
-    /// The layers above the socket, in the order they wrap it.
+    /// The layers above the socket, in the order they wrap it. An inbound's gRPC is not a
+    /// layer (one connection carries many calls): see [`Acceptor::grpc`].
     pub fn layers(&self) -> Vec<Arc<dyn Layer>> {
         // PROXY protocol, TLS and the transports take their places here as they arrive
         // (their settings are refused by the config reader until then).
@@ -89,15 +92,29 @@ impl StreamSettings {
                     trusted_xff: self.trusted_xff.clone(),
                 }))
             }
+            Network::Grpc(s) => layers.push(Arc::new(super::grpc::GrpcLayer {
+                settings: s.clone(),
+                tls_name,
+                tls: matches!(self.security, Security::Tls(_)),
+            })),
         }
         layers
     }
 
     /// The acceptor chain of an inbound.
     pub fn acceptor(&self) -> Acceptor {
-        Acceptor {
-            layers: self.layers(),
-        }
+        let mut layers = self.layers();
+        let grpc = match &self.network {
+            Network::Grpc(s) => {
+                layers.pop();
+                Some(Arc::new(super::grpc::GrpcServer {
+                    settings: s.clone(),
+                    trusted_xff: self.trusted_xff.clone(),
+                }))
+            }
+            _ => None,
+        };
+        Acceptor { layers, grpc }
     }
 
     /// The dialer chain of an outbound: its own socket dialer, or `via` (another outbound)
@@ -125,6 +142,7 @@ impl StreamSettings {
 #[derive(Clone, Default)]
 pub struct Acceptor {
     layers: Vec<Arc<dyn Layer>>,
+    grpc: Option<Arc<super::grpc::GrpcServer>>,
 }
 
 impl Acceptor {
@@ -139,5 +157,11 @@ impl Acceptor {
     /// No layer at all (raw TCP or unix).
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
+    }
+
+    /// The gRPC server that takes the connection after the layers: its calls are the
+    /// connections the protocol reads.
+    pub fn grpc(&self) -> Option<&Arc<super::grpc::GrpcServer>> {
+        self.grpc.as_ref()
     }
 }

@@ -8,6 +8,7 @@
 //! read ahead through one [`ReadAhead`].
 
 pub mod chain;
+pub mod grpc;
 pub mod httpupgrade;
 pub mod listener;
 pub mod prefixed;

@@ -82,8 +82,9 @@ pub struct WsStream {
 }
 
 impl WsStream {
-    /// A connection whose handshake is done: `rest` are bytes read past it.
-    pub(super) fn new(inner: BoxStream, client: bool, rest: Vec<u8>, early: Bytes) -> Self {
+    /// A connection whose handshake is done: `client` is this end's side, `rest` are bytes
+    /// read past the handshake, `early` the early data a server took from the request.
+    pub fn new(inner: BoxStream, client: bool, rest: Vec<u8>, early: Bytes) -> Self {
         let rend = rest.len();
         WsStream {
             inner,

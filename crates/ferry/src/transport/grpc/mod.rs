@@ -1,0 +1,553 @@
+//! Xray's gRPC transport (`network: "grpc"`, "gun"): one bidirectional-streaming call per
+//! proxied connection over HTTP/2, `POST /<service>/Tun` (or `TunMulti`), each write one
+//! gRPC message holding a Hunk. HTTP/2 is the `h2` crate's; the gRPC framing is ours
+//! ([`gun`]), as no gRPC stack is needed for a byte pipe.
+//!
+//! A server connection carries many calls, so the inbound serves it with [`GrpcServer`]
+//! (each call goes to the dispatcher as a connection of its own); a client opens one HTTP/2
+//! connection per call ([`GrpcLayer`]).
+
+pub mod gun;
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Buf, Bytes, BytesMut};
+use h2::{RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::upgrade::DEFAULT_USER_AGENT;
+use super::{BoxStream, Layer, Stream};
+use crate::common::Destination;
+use crate::session::{ConnInfo, Endpoint};
+
+/// The most payload one written message carries.
+const MAX_WRITE: usize = 64 * 1024;
+/// HTTP/2 windows: large, as Go's transport and clash-rs set them, so one call is not held
+/// back by flow control on a fast link.
+const STREAM_WINDOW: u32 = 4 << 20;
+const CONN_WINDOW: u32 = 16 << 20;
+
+/// `grpcSettings`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrpcSettings {
+    /// The paths a server serves (Tun, then TunMulti) and a client calls.
+    pub tun: String,
+    pub tun_multi: String,
+    /// `multiMode` (client): call TunMulti.
+    pub multi: bool,
+    /// `authority` (client).
+    pub authority: String,
+    /// `user_agent` (client).
+    pub user_agent: String,
+    /// `idle_timeout` (client): ping the server after this long without a frame.
+    pub idle_timeout: Option<Duration>,
+    /// `health_check_timeout`: how long a ping may go unanswered.
+    pub health_check_timeout: Duration,
+    /// `initial_windows_size` (client; 0 = Ferry's default).
+    pub initial_window: u32,
+}
+
+impl GrpcSettings {
+    /// The paths for a `serviceName` as Xray derives them: a plain name becomes
+    /// `/<escaped name>/Tun` and `/…/TunMulti`; a name starting with `/` is a custom path
+    /// whose last segment holds the stream names (`tun|multi`).
+    pub fn paths(service: &str) -> Result<(String, String), String> {
+        if let Some(custom) = service.strip_prefix('/') {
+            let Some((svc, names)) = custom.rsplit_once('/') else {
+                return Err(format!(
+                    "custom path {service:?} needs at least two slashes (\"/service/name\")"
+                ));
+            };
+            let svc: Vec<String> = svc.split('/').map(path_escape).collect();
+            let svc = svc.join("/");
+            let (tun, multi) = names.split_once('|').unwrap_or((names, names));
+            return Ok((
+                format!("/{svc}/{}", path_escape(tun)),
+                format!("/{svc}/{}", path_escape(multi)),
+            ));
+        }
+        let svc = path_escape(service);
+        Ok((format!("/{svc}/Tun"), format!("/{svc}/TunMulti")))
+    }
+
+    /// Settings for `serviceName` with everything else at its default.
+    pub fn new(service: &str) -> Result<GrpcSettings, String> {
+        let (tun, tun_multi) = Self::paths(service)?;
+        Ok(GrpcSettings {
+            tun,
+            tun_multi,
+            multi: false,
+            authority: String::new(),
+            user_agent: String::new(),
+            idle_timeout: None,
+            health_check_timeout: Duration::from_secs(20),
+            initial_window: 0,
+        })
+    }
+}
+
+/// Go's `url.PathEscape`.
+fn path_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'_' | b'.' | b'~' | b'$' | b'&' | b'+' | b',' | b';' | b'=' | b':' | b'@'
+            )
+        {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn h2_err(e: h2::Error) -> io::Error {
+    if e.is_io() {
+        return e.into_io().unwrap_or_else(|| io::ErrorKind::Other.into());
+    }
+    io::Error::other(format!("gRPC: {e}"))
+}
+
+enum RecvState {
+    /// Client: the response headers are not here yet.
+    Response(h2::client::ResponseFuture),
+    Body(RecvStream),
+    Done,
+}
+
+/// One gRPC call as a byte stream.
+pub struct GrpcStream {
+    recv: RecvState,
+    rbuf: BytesMut,
+    dec: gun::Decoder,
+    send: SendStream<Bytes>,
+    /// A framed message not yet (all) handed to HTTP/2.
+    wbuf: Bytes,
+    server: bool,
+    shut: bool,
+}
+
+impl GrpcStream {
+    fn new(recv: RecvState, send: SendStream<Bytes>, server: bool) -> Self {
+        GrpcStream {
+            recv,
+            rbuf: BytesMut::new(),
+            dec: gun::Decoder::default(),
+            send,
+            wbuf: Bytes::new(),
+            server,
+            shut: false,
+        }
+    }
+
+    /// Hands the pending message to HTTP/2 as its flow control allows.
+    fn poll_send_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.wbuf.is_empty() {
+            let cap = self.send.capacity();
+            if cap == 0 {
+                self.send.reserve_capacity(self.wbuf.len());
+                match ready!(self.send.poll_capacity(cx)) {
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Poll::Ready(Err(h2_err(e))),
+                    None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                }
+            }
+            let n = cap.min(self.wbuf.len());
+            let chunk = self.wbuf.split_to(n);
+            self.send.send_data(chunk, false).map_err(h2_err)?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for GrpcStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        loop {
+            let body = match &mut me.recv {
+                RecvState::Done => return Poll::Ready(Ok(())),
+                RecvState::Response(f) => {
+                    let resp =
+                        ready!(std::future::Future::poll(Pin::new(f), cx)).map_err(h2_err)?;
+                    if resp.status() != StatusCode::OK {
+                        me.recv = RecvState::Done;
+                        return Poll::Ready(Err(io::Error::other(format!(
+                            "gRPC: the server answered {}",
+                            resp.status()
+                        ))));
+                    }
+                    me.recv = RecvState::Body(resp.into_body());
+                    continue;
+                }
+                RecvState::Body(b) => b,
+            };
+            match me.dec.step(&mut me.rbuf) {
+                Err(e) => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("gRPC: {e}"),
+                    )))
+                }
+                Ok(gun::Step::Data(n)) => {
+                    let take = n.min(out.remaining());
+                    out.put_slice(&me.rbuf[..take]);
+                    me.rbuf.advance(take);
+                    me.dec.consume(take);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(gun::Step::More) => {}
+            }
+            match ready!(body.poll_data(cx)) {
+                Some(Ok(chunk)) => {
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    if me.rbuf.is_empty() {
+                        me.rbuf = BytesMut::from(chunk);
+                    } else {
+                        me.rbuf.extend_from_slice(&chunk);
+                    }
+                }
+                Some(Err(e)) => {
+                    // The peer cancelling after it is done is its way to close.
+                    if e.reason() == Some(h2::Reason::CANCEL) && me.dec.at_boundary() {
+                        me.recv = RecvState::Done;
+                        continue;
+                    }
+                    return Poll::Ready(Err(h2_err(e)));
+                }
+                None => {
+                    me.recv = RecvState::Done;
+                    if !me.dec.at_boundary() || !me.rbuf.is_empty() {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "gRPC: the call ended inside a message",
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for GrpcStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        ready!(me.poll_send_pending(cx))?;
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        if me.shut {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let n = buf.len().min(MAX_WRITE);
+        let mut m = BytesMut::new();
+        gun::encode(&buf[..n], &mut m);
+        me.wbuf = m.freeze();
+        if let Poll::Ready(Err(e)) = me.poll_send_pending(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_send_pending(cx)
+    }
+
+    /// A client ends its half of the call (END_STREAM); a server ends the call with the
+    /// trailers `grpc-status: 0`.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        ready!(me.poll_send_pending(cx))?;
+        if !me.shut {
+            me.shut = true;
+            if me.server {
+                let mut t = HeaderMap::new();
+                t.insert("grpc-status", HeaderValue::from_static("0"));
+                me.send.send_trailers(t).map_err(h2_err)?;
+            } else {
+                me.send.send_data(Bytes::new(), true).map_err(h2_err)?;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Stream for GrpcStream {}
+
+/// The client side: one HTTP/2 connection per call.
+pub struct GrpcLayer {
+    pub settings: Arc<GrpcSettings>,
+    pub tls_name: Option<String>,
+    pub tls: bool,
+}
+
+#[async_trait]
+impl Layer for GrpcLayer {
+    async fn accept(&self, _stream: BoxStream, _info: &mut ConnInfo) -> io::Result<BoxStream> {
+        Err(io::Error::other("gRPC is served by the inbound's server"))
+    }
+
+    async fn connect(&self, stream: BoxStream, server: &Destination) -> io::Result<BoxStream> {
+        let s = &self.settings;
+        let window = if s.initial_window > 0 {
+            s.initial_window
+        } else {
+            STREAM_WINDOW
+        };
+        let (mut client, conn) = h2::client::Builder::new()
+            .enable_push(false)
+            .initial_window_size(window)
+            .initial_connection_window_size(CONN_WINDOW.max(window))
+            .handshake::<_, Bytes>(stream)
+            .await
+            .map_err(h2_err)?;
+        let mut conn = conn;
+        let keepalive = s.idle_timeout.map(|i| (i, s.health_check_timeout));
+        let pinger = keepalive.and_then(|_| conn.ping_pong());
+        tokio::spawn(async move {
+            let driven = async {
+                if let Err(e) = conn.await {
+                    tracing::debug!("gRPC connection ended: {e}");
+                }
+            };
+            match (keepalive, pinger) {
+                (Some((idle, timeout)), Some(p)) => {
+                    tokio::select! {
+                        _ = driven => {}
+                        _ = keep_alive(p, idle, timeout) => {
+                            tracing::info!("gRPC: the server did not answer a ping within {timeout:?}");
+                        }
+                    }
+                }
+                _ => driven.await,
+            }
+        });
+        let authority = if !s.authority.is_empty() {
+            s.authority.clone()
+        } else {
+            match self.tls_name.as_deref() {
+                Some(n) if !n.is_empty() => n.to_string(),
+                _ => server.addr.to_string(),
+            }
+        };
+        let path = if s.multi { &s.tun_multi } else { &s.tun };
+        let scheme = if self.tls { "https" } else { "http" };
+        let ua = if s.user_agent.is_empty() {
+            DEFAULT_USER_AGENT
+        } else {
+            &s.user_agent
+        };
+        let req = Request::post(format!("{scheme}://{authority}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("user-agent", ua)
+            .body(())
+            .map_err(|e| io::Error::other(format!("gRPC request: {e}")))?;
+        client = client.ready().await.map_err(h2_err)?;
+        let (resp, send) = client.send_request(req, false).map_err(h2_err)?;
+        Ok(Box::new(GrpcStream::new(
+            RecvState::Response(resp),
+            send,
+            false,
+        )))
+    }
+}
+
+/// Pings after `idle` and gives up when a pong takes longer than `timeout`.
+async fn keep_alive(mut p: h2::PingPong, idle: Duration, timeout: Duration) {
+    loop {
+        tokio::time::sleep(idle).await;
+        match tokio::time::timeout(timeout, p.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => std::future::pending::<()>().await,
+            Err(_) => return,
+        }
+    }
+}
+
+/// The server side: serves the calls of one HTTP/2 connection.
+pub struct GrpcServer {
+    pub settings: Arc<GrpcSettings>,
+    pub trusted_xff: Arc<[String]>,
+}
+
+impl GrpcServer {
+    /// Serves `stream` (HTTP/2 after TLS, or h2c with prior knowledge) until it ends; each
+    /// call on the Tun or TunMulti path goes to `each` with its connection info.
+    pub async fn serve(
+        &self,
+        stream: BoxStream,
+        info: &ConnInfo,
+        each: &(dyn Fn(BoxStream, ConnInfo) + Send + Sync),
+    ) -> io::Result<()> {
+        let mut conn = h2::server::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONN_WINDOW)
+            .handshake::<_, Bytes>(stream)
+            .await
+            .map_err(h2_err)?;
+        while let Some(r) = conn.accept().await {
+            let (req, mut respond) = r.map_err(h2_err)?;
+            let path = req.uri().path();
+            let grpc = req
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("application/grpc"));
+            if req.method() != http::Method::POST || !grpc {
+                tracing::info!(
+                    "gRPC: {} {path} from {} refused (not a gRPC call)",
+                    req.method(),
+                    info.source
+                );
+                let r = Response::builder()
+                    .status(StatusCode::UNSUPPORTED_MEDIA_TYPE)
+                    .body(())
+                    .expect("static response");
+                let _ = respond.send_response(r, true);
+                continue;
+            }
+            if path != self.settings.tun && path != self.settings.tun_multi {
+                tracing::info!("gRPC: call to unknown {path} from {}", info.source);
+                // What grpc-go answers: trailers only, UNIMPLEMENTED.
+                let r = Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", "12")
+                    .header("grpc-message", format!("unknown service {path}"))
+                    .body(())
+                    .expect("static response");
+                let _ = respond.send_response(r, true);
+                continue;
+            }
+            let mut call_info = info.clone();
+            let xff = req
+                .headers()
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(',').next())
+                .and_then(|v| v.trim().parse::<std::net::IpAddr>().ok());
+            let trusted = self.trusted_xff.is_empty()
+                || self
+                    .trusted_xff
+                    .iter()
+                    .any(|t| req.headers().contains_key(t.as_str()));
+            if let (Some(ip), true) = (xff, trusted) {
+                call_info.source = Endpoint::Ip(std::net::SocketAddr::new(ip, 0));
+            }
+            call_info.path = Some(path.into());
+            let body = req.into_body();
+            let r = Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/grpc")
+                .body(())
+                .expect("static response");
+            let send = match respond.send_response(r, false) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!("gRPC: {e}");
+                    continue;
+                }
+            };
+            each(
+                Box::new(GrpcStream::new(RecvState::Body(body), send, true)),
+                call_info,
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_paths_as_xray() {
+        assert_eq!(
+            GrpcSettings::paths("name").unwrap(),
+            ("/name/Tun".to_string(), "/name/TunMulti".to_string())
+        );
+        assert_eq!(
+            GrpcSettings::paths("a b/c").unwrap(),
+            (
+                "/a%20b%2Fc/Tun".to_string(),
+                "/a%20b%2Fc/TunMulti".to_string()
+            )
+        );
+        assert_eq!(
+            GrpcSettings::paths("/my/sample/path1|path2").unwrap(),
+            (
+                "/my/sample/path1".to_string(),
+                "/my/sample/path2".to_string()
+            )
+        );
+        assert_eq!(
+            GrpcSettings::paths("/my/one").unwrap(),
+            ("/my/one".to_string(), "/my/one".to_string())
+        );
+        assert!(GrpcSettings::paths("/nope").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_call_carries_bytes_both_ways_and_ends_cleanly() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let settings = Arc::new(GrpcSettings::new("svc").unwrap());
+        let server = GrpcServer {
+            settings: settings.clone(),
+            trusted_xff: Arc::from(Vec::new()),
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let info = ConnInfo::new(
+                Endpoint::Ip("127.0.0.1:1".parse().unwrap()),
+                Endpoint::Ip("127.0.0.1:2".parse().unwrap()),
+            );
+            let each = move |s: BoxStream, i: ConnInfo| {
+                let _ = tx.send((s, i));
+            };
+            server.serve(Box::new(b), &info, &each).await.unwrap();
+        });
+        let layer = GrpcLayer {
+            settings,
+            tls_name: None,
+            tls: false,
+        };
+        let dest = Destination::new(crate::common::Address::parse("h.test"), 80);
+        let mut c = layer.connect(Box::new(a), &dest).await.unwrap();
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+        let d2 = data.clone();
+        let w = tokio::spawn(async move {
+            c.write_all(&d2).await.unwrap();
+            c.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            c.read_to_end(&mut back).await.unwrap();
+            back
+        });
+        let (mut s, info) = rx.recv().await.unwrap();
+        assert_eq!(info.path.as_deref(), Some("/svc/Tun"));
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert!(got == data);
+        s.write_all(b"bye").await.unwrap();
+        s.shutdown().await.unwrap();
+        assert_eq!(w.await.unwrap(), b"bye");
+    }
+}
