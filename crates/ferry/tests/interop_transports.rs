@@ -1,4 +1,4 @@
-//! The WebSocket, HTTPUpgrade and gRPC transports against the real peers: Xray and sing-box (and
+//! The WebSocket, HTTPUpgrade and gRPC transports, and raw TCP dressed as HTTP, against the real peers: Xray and sing-box (and
 //! v2ray 4.34 for WebSocket), each as client and as server against Ferry, under VMess, VLESS
 //! and Trojan, with TLS and without, with early data in the TLS cases where the server has it
 //! (Xray's `?ed=2048`, sing-box's `max_early_data`; v2ray 4.34 predates early data). Every chain
@@ -48,6 +48,8 @@ enum Net {
     Grpc,
     /// gRPC with `multiMode` on the client (TunMulti).
     GrpcMulti,
+    /// Raw TCP with `tcpSettings.header` `type: "http"`.
+    HttpHeader,
 }
 use Net::*;
 
@@ -75,6 +77,7 @@ fn path(c: &Case) -> &'static str {
         Ws => "/ray",
         Hu => "/hu",
         Grpc | GrpcMulti => "gsvc",
+        HttpHeader => "/index.html",
     }
 }
 
@@ -94,6 +97,11 @@ fn xray_stream(imp: Imp, c: &Case, tls: &Tls, server: bool) -> String {
         (Hu, _, false) => {
             format!(r#""network":"httpupgrade","httpupgradeSettings":{{"path":"{p}"}}"#)
         }
+        (HttpHeader, ..) => format!(
+            r#""network":"tcp","tcpSettings":{{"header":{{"type":"http",
+                "request":{{"path":["/", "{p}"],"headers":{{"Host":["www.example.com","cdn.example.com"]}}}},
+                "response":{{"status":"200","reason":"OK","headers":{{"Content-Type":"video/mp4"}}}}}}}}"#
+        ),
         (Grpc, ..) => format!(r#""network":"grpc","grpcSettings":{{"serviceName":"{p}"}}"#),
         (GrpcMulti, ..) => format!(
             r#""network":"grpc","grpcSettings":{{"serviceName":"{p}","multiMode":{}}}"#,
@@ -172,6 +180,7 @@ fn singbox_transport(c: &Case) -> String {
         (Hu, _) => format!(r#"{{"type":"httpupgrade","path":"{p}"}}"#),
         // sing-box calls Tun only (its multi mode is not Xray's).
         (Grpc | GrpcMulti, _) => format!(r#"{{"type":"grpc","service_name":"{p}"}}"#),
+        (HttpHeader, _) => unreachable!("sing-box has no HTTP header on raw TCP"),
     }
 }
 
@@ -442,7 +451,77 @@ cases! {
     singbox_to_ferry_vless_grpc_tls: SingBox, Ferry, Vless, Grpc, true;
     singbox_to_ferry_vmess_grpc_tls: SingBox, Ferry, Vmess, Grpc, true;
     singbox_to_ferry_trojan_grpc_tls: SingBox, Ferry, Trojan, Grpc, true;
+    ferry_to_xray_vmess_http_header: Ferry, Xray, Vmess, HttpHeader, false;
+    ferry_to_xray_vless_http_header_tls: Ferry, Xray, Vless, HttpHeader, true;
+    xray_to_ferry_vmess_http_header: Xray, Ferry, Vmess, HttpHeader, false;
+    xray_to_ferry_vless_http_header_tls: Xray, Ferry, Vless, HttpHeader, true;
+    ferry_to_v2ray_vmess_http_header: Ferry, V2ray, Vmess, HttpHeader, false;
+    v2ray_to_ferry_vmess_http_header: V2ray, Ferry, Vmess, HttpHeader, false;
+    v2ray_to_ferry_trojan_http_header_tls: V2ray, Ferry, Trojan, HttpHeader, true;
     ferry_to_ferry_trojan_grpc_multi_tls: Ferry, Ferry, Trojan, GrpcMulti, true;
     ferry_to_ferry_vless_ws_tls_ed: Ferry, Ferry, Vless, Ws, true;
     ferry_to_ferry_vmess_hu_tls_ed: Ferry, Ferry, Vmess, Hu, true;
+}
+
+/// The classic layout: VLESS over TLS on one port, a path fallback to a WebSocket inbound on
+/// a unix socket (with PROXY protocol, so the ws inbound sees the real client), an Xray
+/// client speaking VLESS over ws+TLS to that one port.
+#[test]
+fn xray_ws_client_through_a_path_fallback_to_a_ws_inbound_on_a_unix_socket() {
+    let dir = tempdir::Dir::new("ws-fallback");
+    let g = ferry::transport::tls::generate_self_signed(&[SNI.to_string()], 2).unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, &g.cert_pem).unwrap();
+    std::fs::write(&key, &g.key_pem).unwrap();
+    let pin: String = g.pin.iter().map(|b| format!("{b:02x}")).collect();
+    let sock = dir.path().join("ws.sock");
+    let echo = echo_server();
+    let (front, entry) = (free_port(), free_port());
+    let server = ferry(
+        &format!(
+            r#"{{"log":{{"loglevel":"debug"}},"inbounds":[
+              {{"listen":"127.0.0.1","port":{front},"protocol":"vless",
+                "settings":{{"clients":[{{"id":"{ID}","email":"tcp@t"}}],"decryption":"none",
+                  "fallbacks":[{{"path":"/ws","dest":"{sock}","xver":1}}]}},
+                "streamSettings":{{"network":"tcp","security":"tls","tlsSettings":{{
+                  "alpn":["http/1.1"],
+                  "certificates":[{{"certificateFile":"{cert}","keyFile":"{key}"}}]}}}}}},
+              {{"listen":"{sock}","protocol":"vless",
+                "settings":{{"clients":[{{"id":"{ID}","email":"ws@t"}}],"decryption":"none"}},
+                "streamSettings":{{"network":"ws","wsSettings":{{"path":"/ws","acceptProxyProtocol":true}}}}}}],
+              "outbounds":[{{"protocol":"freedom"}}]}}"#,
+            sock = sock.display(),
+            cert = cert.display(),
+            key = key.display()
+        ),
+        &[front],
+    );
+    let client = spawn(
+        Xray,
+        &format!(
+            r#"{{"log":{{"loglevel":"debug"}},
+              "inbounds":[{{"listen":"127.0.0.1","port":{entry},"protocol":"dokodemo-door",
+                "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
+              "outbounds":[{{"protocol":"vless","settings":{{"vnext":[{{"address":"127.0.0.1",
+                "port":{front},"users":[{{"id":"{ID}","encryption":"none"}}]}}]}},
+                "streamSettings":{{"network":"ws","wsSettings":{{"path":"/ws?ed=2048"}},
+                  "security":"tls","tlsSettings":{{"serverName":"{SNI}","pinnedPeerCertSha256":"{pin}"}}}}}}]}}"#,
+            echo.port()
+        ),
+        entry,
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", entry)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"hello").unwrap();
+    let mut b = [0u8; 5];
+    s.read_exact(&mut b)
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", server.output(), client.output()));
+    let data = pattern(20 << 20, 7);
+    assert!(echo_through(s, &data) == data);
+    let out = server.output();
+    // The ws inbound served the user, and knew the client's address from the PROXY header.
+    assert!(out.contains("from 127.0.0.1:"), "{out}");
+    assert!(out.contains("email: ws@t"), "{out}");
+    assert!(out.contains("to fallback"), "{out}");
 }

@@ -7,6 +7,9 @@ use std::time::Duration;
 use crate::config::reader::{ConfigError, Obj, Result};
 pub use crate::transport::chain::{Network, Security, StreamSettings};
 use crate::transport::grpc::GrpcSettings;
+use crate::transport::http_header::{
+    HeaderValues, HttpHeaderLayer, RequestTemplate, ResponseTemplate,
+};
 use crate::transport::upgrade::UpgradeSettings;
 use crate::transport::ws::WsSettings;
 
@@ -85,11 +88,15 @@ impl ParseStream for StreamSettings {
                 }
                 if let Some(h) = t.obj("header")? {
                     let ty = h.str("type")?.unwrap_or_else(|| "none".into());
-                    if !ty.eq_ignore_ascii_case("none") {
-                        return Err(ConfigError::new(
-                            h.key_path("type"),
-                            format!("header type {ty:?} is not supported"),
-                        ));
+                    match ty.to_ascii_lowercase().as_str() {
+                        "none" | "" => h.ignore(&["request", "response"]),
+                        "http" => out.http_header = Some(Arc::new(http_header(&h)?)),
+                        _ => {
+                            return Err(ConfigError::new(
+                                h.key_path("type"),
+                                format!("header type {ty:?} is not supported (none or http)"),
+                            ))
+                        }
                     }
                     h.finish();
                 }
@@ -271,6 +278,68 @@ fn ws_settings(o: Option<Obj<'_>>, out: &mut StreamSettings, outbound: bool) -> 
     o.ignore(&["useBrowserForwarding"]);
     o.finish();
     Ok(w)
+}
+
+/// `headers` of an HTTP header template: names to a string or a list of strings, sorted by
+/// name as Xray orders them.
+fn header_values(o: &Obj<'_>) -> Result<Option<Vec<HeaderValues>>> {
+    let Some((p, v)) = o.get("headers") else {
+        return Ok(None);
+    };
+    let Some(m) = v.as_object() else {
+        return Err(ConfigError::new(p, "expected an object"));
+    };
+    let mut out = Vec::new();
+    for (k, v) in m {
+        let path = crate::config::reader::join(&p, k);
+        let vals = crate::config::reader::as_str_list(v, &path)?;
+        if vals.iter().any(|v| v.contains(['\r', '\n'])) {
+            return Err(ConfigError::new(
+                path,
+                "a header value may not hold a line break",
+            ));
+        }
+        out.push((k.clone(), vals));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// `tcpSettings.header` with `type: "http"`.
+fn http_header(h: &Obj<'_>) -> Result<HttpHeaderLayer> {
+    let mut request = RequestTemplate::default();
+    if let Some(r) = h.obj("request")? {
+        if let Some(v) = r.str("version")?.filter(|v| !v.is_empty()) {
+            request.version = v;
+        }
+        if let Some(m) = r.str("method")?.filter(|v| !v.is_empty()) {
+            request.method = m;
+        }
+        if let Some(p) = r.str_list("path")?.filter(|p| !p.is_empty()) {
+            request.paths = p;
+        }
+        if let Some(hs) = header_values(&r)? {
+            request.headers = hs;
+        }
+        r.finish();
+    }
+    let mut response = ResponseTemplate::default();
+    if let Some(r) = h.obj("response")? {
+        if let Some(v) = r.str("version")?.filter(|v| !v.is_empty()) {
+            response.version = v;
+        }
+        if let Some(v) = r.str("status")?.filter(|v| !v.is_empty()) {
+            response.status = v;
+        }
+        if let Some(v) = r.str("reason")?.filter(|v| !v.is_empty()) {
+            response.reason = v;
+        }
+        if let Some(hs) = header_values(&r)? {
+            response.headers = hs;
+        }
+        r.finish();
+    }
+    Ok(HttpHeaderLayer { request, response })
 }
 
 /// `grpcSettings`.

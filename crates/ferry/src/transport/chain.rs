@@ -59,6 +59,8 @@ pub struct StreamSettings {
     /// `sockopt.trustedXForwardedFor`: header names whose presence makes an HTTP-based
     /// transport trust `X-Forwarded-For` (empty: always, as Xray 26.3).
     pub trusted_xff: Arc<[String]>,
+    /// `tcpSettings.header` `type: "http"`.
+    pub http_header: Option<Arc<super::http_header::HttpHeaderLayer>>,
 }
 
 impl StreamSettings {
@@ -79,7 +81,11 @@ impl StreamSettings {
             }
         };
         match &self.network {
-            Network::Raw => {}
+            Network::Raw => {
+                if let Some(h) = &self.http_header {
+                    layers.push(h.clone());
+                }
+            }
             Network::Ws(s) => layers.push(Arc::new(super::ws::WsLayer {
                 settings: s.clone(),
                 tls_name,
