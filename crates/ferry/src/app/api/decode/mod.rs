@@ -252,7 +252,49 @@ pub(super) fn networks(n: &[i32]) -> Option<String> {
     (!names.is_empty()).then(|| names.join(","))
 }
 
-/// Stream settings as JSON `streamSettings` (raw TCP, TLS, PROXY protocol, socket options).
+/// `tcpSettings.header` for an HTTP header config.
+fn http_header(c: &pb::HttpHeaderConfig) -> Value {
+    let headers = |hs: &[pb::HttpHeader]| -> Map<String, Value> {
+        hs.iter()
+            .map(|h| (h.name.clone(), json!(h.value)))
+            .collect()
+    };
+    let mut j = json!({"type": "http"});
+    if let Some(r) = &c.request {
+        let mut o = Map::new();
+        if let Some(v) = &r.version {
+            o.insert("version".into(), json!(v.value));
+        }
+        if let Some(m) = &r.method {
+            o.insert("method".into(), json!(m.value));
+        }
+        if !r.uri.is_empty() {
+            o.insert("path".into(), json!(r.uri));
+        }
+        if !r.header.is_empty() {
+            o.insert("headers".into(), Value::Object(headers(&r.header)));
+        }
+        j["request"] = Value::Object(o);
+    }
+    if let Some(r) = &c.response {
+        let mut o = Map::new();
+        if let Some(v) = &r.version {
+            o.insert("version".into(), json!(v.value));
+        }
+        if let Some(st) = &r.status {
+            o.insert("status".into(), json!(st.code));
+            o.insert("reason".into(), json!(st.reason));
+        }
+        if !r.header.is_empty() {
+            o.insert("headers".into(), Value::Object(headers(&r.header)));
+        }
+        j["response"] = Value::Object(o);
+    }
+    j
+}
+
+/// Stream settings as JSON `streamSettings` (raw TCP with its HTTP header, WebSocket,
+/// HTTPUpgrade, gRPC, TLS, PROXY protocol, socket options).
 pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Error> {
     let mut o = Map::new();
     let net = if !s.protocol_name.is_empty() {
@@ -262,33 +304,89 @@ pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Erro
     } else {
         format!("transport #{}", s.protocol)
     };
-    if !matches!(net.as_str(), "tcp" | "raw") {
-        return Err(format!(
-            "transport/internet: transport {net:?} is not supported by Ferry yet (raw TCP is)"
-        ));
-    }
-    o.insert("network".into(), json!("raw"));
+    let net = match net.as_str() {
+        "tcp" | "raw" => "raw",
+        "websocket" | "ws" => "ws",
+        "httpupgrade" => "httpupgrade",
+        "grpc" | "gun" => "grpc",
+        _ => {
+            return Err(format!(
+                "transport/internet: transport {net:?} is not supported by Ferry yet (raw TCP, websocket, httpupgrade and grpc are)"
+            ))
+        }
+    };
+    o.insert("network".into(), json!(net));
     for t in &s.transport_settings {
-        let name = if t.protocol_name.is_empty() {
-            "tcp"
-        } else {
-            t.protocol_name.as_str()
+        let name = match t.protocol_name.as_str() {
+            "" | "tcp" | "raw" => "raw",
+            "websocket" | "ws" => "ws",
+            "grpc" | "gun" => "grpc",
+            other => other,
         };
-        if !matches!(name, "tcp" | "raw") {
+        if name != net {
             continue;
         }
-        if let Some(ts) = &t.settings {
-            let tcp: pb::TcpConfig = parse(&ts.value)?;
-            if let Some(h) = &tcp.header_settings {
-                if !h.r#type.ends_with("noop.Config") && !h.r#type.is_empty() {
-                    return Err(format!(
-                        "transport/internet/tcp: header {} is not supported by Ferry yet",
-                        h.r#type
-                    ));
+        let Some(ts) = &t.settings else { continue };
+        match net {
+            "raw" => {
+                let tcp: pb::TcpConfig = parse(&ts.value)?;
+                let mut raw = Map::new();
+                if let Some(h) = &tcp.header_settings {
+                    if h.r#type.ends_with("headers.http.Config") {
+                        let c: pb::HttpHeaderConfig = parse(&h.value)?;
+                        raw.insert("header".into(), http_header(&c));
+                    } else if !h.r#type.ends_with("noop.Config") && !h.r#type.is_empty() {
+                        return Err(format!(
+                            "transport/internet/tcp: header {} is not supported by Ferry yet",
+                            h.r#type
+                        ));
+                    }
+                }
+                if tcp.accept_proxy_protocol {
+                    raw.insert("acceptProxyProtocol".into(), json!(true));
+                }
+                if !raw.is_empty() {
+                    o.insert("rawSettings".into(), Value::Object(raw));
                 }
             }
-            if tcp.accept_proxy_protocol {
-                o.insert("rawSettings".into(), json!({"acceptProxyProtocol": true}));
+            "ws" | "httpupgrade" => {
+                let c: pb::WsConfig = parse(&ts.value)?;
+                let mut path = c.path.clone();
+                if c.ed > 0 {
+                    path.push(if path.contains('?') { '&' } else { '?' });
+                    path.push_str(&format!("ed={}", c.ed));
+                }
+                let mut j = json!({
+                    "host": c.host,
+                    "path": path,
+                    "headers": c.header,
+                    "acceptProxyProtocol": c.accept_proxy_protocol,
+                });
+                let key = if net == "ws" {
+                    if c.heartbeat_period > 0 {
+                        j["heartbeatPeriod"] = json!(c.heartbeat_period);
+                    }
+                    "wsSettings"
+                } else {
+                    "httpupgradeSettings"
+                };
+                o.insert(key.into(), j);
+            }
+            _ => {
+                let c: pb::GrpcConfig = parse(&ts.value)?;
+                o.insert(
+                    "grpcSettings".into(),
+                    json!({
+                        "serviceName": c.service_name,
+                        "authority": c.authority,
+                        "multiMode": c.multi_mode,
+                        "idle_timeout": c.idle_timeout,
+                        "health_check_timeout": c.health_check_timeout,
+                        "permit_without_stream": c.permit_without_stream,
+                        "initial_windows_size": c.initial_windows_size,
+                        "user_agent": c.user_agent,
+                    }),
+                );
             }
         }
     }
@@ -409,6 +507,83 @@ fn tls(t: &pb::TlsConfig, outbound: bool) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transports_from_a_panel_become_stream_settings() {
+        let ws = pb::StreamConfig {
+            protocol_name: "websocket".into(),
+            transport_settings: vec![pb::TransportConfig {
+                protocol: 0,
+                protocol_name: "websocket".into(),
+                settings: Some(pb::TypedMessage::of(
+                    "xray.transport.internet.websocket.Config",
+                    &pb::WsConfig {
+                        path: "/p".into(),
+                        ed: 2048,
+                        heartbeat_period: 30,
+                        ..Default::default()
+                    },
+                )),
+            }],
+            ..Default::default()
+        };
+        let j = stream(&ws, false).unwrap();
+        assert_eq!(j["network"], "ws");
+        assert_eq!(j["wsSettings"]["path"], "/p?ed=2048");
+        assert_eq!(j["wsSettings"]["heartbeatPeriod"], 30);
+        let grpc = pb::StreamConfig {
+            protocol_name: "grpc".into(),
+            transport_settings: vec![pb::TransportConfig {
+                protocol: 0,
+                protocol_name: "grpc".into(),
+                settings: Some(pb::TypedMessage::of(
+                    "xray.transport.internet.grpc.encoding.Config",
+                    &pb::GrpcConfig {
+                        service_name: "svc".into(),
+                        multi_mode: true,
+                        ..Default::default()
+                    },
+                )),
+            }],
+            ..Default::default()
+        };
+        let j = stream(&grpc, true).unwrap();
+        assert_eq!(j["network"], "grpc");
+        assert_eq!(j["grpcSettings"]["serviceName"], "svc");
+        assert_eq!(j["grpcSettings"]["multiMode"], true);
+        let raw = pb::StreamConfig {
+            protocol_name: "tcp".into(),
+            transport_settings: vec![pb::TransportConfig {
+                protocol: 0,
+                protocol_name: "tcp".into(),
+                settings: Some(pb::TypedMessage::of(
+                    "xray.transport.internet.tcp.Config",
+                    &pb::TcpConfig {
+                        header_settings: Some(pb::TypedMessage::of(
+                            "xray.transport.internet.headers.http.Config",
+                            &pb::HttpHeaderConfig {
+                                request: Some(pb::HttpRequestConfig {
+                                    uri: vec!["/a".into()],
+                                    ..Default::default()
+                                }),
+                                response: None,
+                            },
+                        )),
+                        accept_proxy_protocol: false,
+                    },
+                )),
+            }],
+            ..Default::default()
+        };
+        let j = stream(&raw, false).unwrap();
+        assert_eq!(j["rawSettings"]["header"]["type"], "http");
+        assert_eq!(j["rawSettings"]["header"]["request"]["path"][0], "/a");
+        let quic = pb::StreamConfig {
+            protocol_name: "kcp".into(),
+            ..Default::default()
+        };
+        assert!(stream(&quic, false).unwrap_err().contains("not supported"));
+    }
 
     #[test]
     fn accounts_of_another_protocol_are_an_error_not_a_crash() {

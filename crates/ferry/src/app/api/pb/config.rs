@@ -157,6 +157,103 @@ pub struct TcpConfig {
     pub accept_proxy_protocol: bool,
 }
 
+/// `xray.transport.internet.websocket.Config` and `xray.transport.internet.httpupgrade.Config`
+/// (the same fields; HTTPUpgrade has no heartbeat).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WsConfig {
+    #[prost(string, tag = "1")]
+    pub host: String,
+    #[prost(string, tag = "2")]
+    pub path: String,
+    #[prost(map = "string, string", tag = "3")]
+    pub header: HashMap<String, String>,
+    #[prost(bool, tag = "4")]
+    pub accept_proxy_protocol: bool,
+    #[prost(uint32, tag = "5")]
+    pub ed: u32,
+    #[prost(uint32, tag = "6")]
+    pub heartbeat_period: u32,
+}
+
+/// `xray.transport.internet.grpc.encoding.Config`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GrpcConfig {
+    #[prost(string, tag = "1")]
+    pub authority: String,
+    #[prost(string, tag = "2")]
+    pub service_name: String,
+    #[prost(bool, tag = "3")]
+    pub multi_mode: bool,
+    #[prost(int32, tag = "4")]
+    pub idle_timeout: i32,
+    #[prost(int32, tag = "5")]
+    pub health_check_timeout: i32,
+    #[prost(bool, tag = "6")]
+    pub permit_without_stream: bool,
+    #[prost(int32, tag = "7")]
+    pub initial_windows_size: i32,
+    #[prost(string, tag = "8")]
+    pub user_agent: String,
+}
+
+/// `xray.transport.internet.headers.http.Header`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpHeader {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, repeated, tag = "2")]
+    pub value: Vec<String>,
+}
+
+/// `Version`, `Method` of the HTTP header config: one string.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpValue {
+    #[prost(string, tag = "1")]
+    pub value: String,
+}
+
+/// `xray.transport.internet.headers.http.RequestConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpRequestConfig {
+    #[prost(message, optional, tag = "1")]
+    pub version: Option<HttpValue>,
+    #[prost(message, optional, tag = "2")]
+    pub method: Option<HttpValue>,
+    #[prost(string, repeated, tag = "3")]
+    pub uri: Vec<String>,
+    #[prost(message, repeated, tag = "4")]
+    pub header: Vec<HttpHeader>,
+}
+
+/// `xray.transport.internet.headers.http.Status`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpStatus {
+    #[prost(string, tag = "1")]
+    pub code: String,
+    #[prost(string, tag = "2")]
+    pub reason: String,
+}
+
+/// `xray.transport.internet.headers.http.ResponseConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpResponseConfig {
+    #[prost(message, optional, tag = "1")]
+    pub version: Option<HttpValue>,
+    #[prost(message, optional, tag = "2")]
+    pub status: Option<HttpStatus>,
+    #[prost(message, repeated, tag = "3")]
+    pub header: Vec<HttpHeader>,
+}
+
+/// `xray.transport.internet.headers.http.Config`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpHeaderConfig {
+    #[prost(message, optional, tag = "1")]
+    pub request: Option<HttpRequestConfig>,
+    #[prost(message, optional, tag = "2")]
+    pub response: Option<HttpResponseConfig>,
+}
+
 /// `xray.transport.internet.tls.Certificate`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Certificate {
