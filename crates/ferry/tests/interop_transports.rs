@@ -525,3 +525,52 @@ fn xray_ws_client_through_a_path_fallback_to_a_ws_inbound_on_a_unix_socket() {
     assert!(out.contains("email: ws@t"), "{out}");
     assert!(out.contains("to fallback"), "{out}");
 }
+
+/// Ferry's gRPC client puts every call to a server on one HTTP/2 connection, as grpc-go in
+/// Xray does: five connections at once reach the server from one source port.
+#[test]
+fn grpc_calls_share_one_connection() {
+    let echo = echo_server();
+    let (sport, entry) = (free_port(), free_port());
+    let server = ferry(
+        &format!(
+            r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{{"listen":"127.0.0.1","port":{sport},
+                "protocol":"vless","settings":{{"clients":[{{"id":"{ID}"}}],"decryption":"none"}},
+                "streamSettings":{{"network":"grpc","grpcSettings":{{"serviceName":"one"}}}}}}],
+              "outbounds":[{{"protocol":"freedom"}}]}}"#
+        ),
+        &[sport],
+    );
+    let _client = ferry(
+        &format!(
+            r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{entry},"protocol":"dokodemo-door",
+                "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
+              "outbounds":[{{"protocol":"vless","settings":{{"vnext":[{{"address":"127.0.0.1",
+                "port":{sport},"users":[{{"id":"{ID}","encryption":"none"}}]}}]}},
+                "streamSettings":{{"network":"grpc","grpcSettings":{{"serviceName":"one"}}}}}}]}}"#,
+            echo.port()
+        ),
+        &[entry],
+    );
+    let threads: Vec<_> = (0..5u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let data = pattern(1 << 20, i);
+                let s = TcpStream::connect(("127.0.0.1", entry)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                echo_through(s, &data) == data
+            })
+        })
+        .collect();
+    for t in threads {
+        assert!(t.join().unwrap());
+    }
+    let out = server.output();
+    let sources: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter(|l| l.contains(" accepted "))
+        .filter_map(|l| l.split("from ").nth(1)?.split_whitespace().next())
+        .collect();
+    assert_eq!(sources.len(), 1, "calls came from {sources:?}\n{out}");
+    assert_eq!(out.matches(" accepted ").count(), 5, "{out}");
+}

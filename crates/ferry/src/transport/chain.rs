@@ -131,15 +131,33 @@ impl StreamSettings {
                 opts: self.sockopt.clone(),
             })
         });
-        let layers: Vec<_> = StreamSettings {
+        let mut layers: Vec<_> = StreamSettings {
             accept_proxy_protocol: false,
             ..self.clone()
         }
         .layers();
-        if layers.is_empty() {
+        let grpc = match &self.network {
+            Network::Grpc(s) => {
+                layers.pop();
+                Some(super::grpc::GrpcLayer {
+                    settings: s.clone(),
+                    tls_name: match &self.security {
+                        Security::Tls(t) => t.server_name().map(str::to_string),
+                        Security::None => None,
+                    },
+                    tls: matches!(self.security, Security::Tls(_)),
+                })
+            }
+            _ => None,
+        };
+        let below: Arc<dyn Dialer> = if layers.is_empty() {
             base
         } else {
             Arc::new(ChainDialer { base, layers })
+        };
+        match grpc {
+            Some(g) => Arc::new(super::grpc::GrpcDialer::new(below, g)),
+            None => below,
         }
     }
 }

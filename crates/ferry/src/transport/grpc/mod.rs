@@ -4,8 +4,8 @@
 //! ([`gun`]), as no gRPC stack is needed for a byte pipe.
 //!
 //! A server connection carries many calls, so the inbound serves it with [`GrpcServer`]
-//! (each call goes to the dispatcher as a connection of its own); a client opens one HTTP/2
-//! connection per call ([`GrpcLayer`]).
+//! (each call goes to the dispatcher as a connection of its own); an outbound's calls share
+//! one HTTP/2 connection per server ([`GrpcDialer`]).
 
 pub mod gun;
 
@@ -290,7 +290,8 @@ impl AsyncWrite for GrpcStream {
 
 impl Stream for GrpcStream {}
 
-/// The client side: one HTTP/2 connection per call.
+/// The client side as a layer: one HTTP/2 connection for this call (what a dialer chain
+/// that cannot share connections gets; outbounds use [`GrpcDialer`]).
 pub struct GrpcLayer {
     pub settings: Arc<GrpcSettings>,
     pub tls_name: Option<String>,
@@ -304,13 +305,21 @@ impl Layer for GrpcLayer {
     }
 
     async fn connect(&self, stream: BoxStream, server: &Destination) -> io::Result<BoxStream> {
+        let client = self.handshake(stream).await?;
+        self.call(client, server).await
+    }
+}
+
+impl GrpcLayer {
+    /// HTTP/2 over `stream`, its connection driven (and pinged) by a task of its own.
+    async fn handshake(&self, stream: BoxStream) -> io::Result<h2::client::SendRequest<Bytes>> {
         let s = &self.settings;
         let window = if s.initial_window > 0 {
             s.initial_window
         } else {
             STREAM_WINDOW
         };
-        let (mut client, conn) = h2::client::Builder::new()
+        let (client, conn) = h2::client::Builder::new()
             .enable_push(false)
             .initial_window_size(window)
             .initial_connection_window_size(CONN_WINDOW.max(window))
@@ -338,6 +347,16 @@ impl Layer for GrpcLayer {
                 _ => driven.await,
             }
         });
+        Ok(client)
+    }
+
+    /// Opens a call on `client`.
+    async fn call(
+        &self,
+        client: h2::client::SendRequest<Bytes>,
+        server: &Destination,
+    ) -> io::Result<BoxStream> {
+        let s = &self.settings;
         let authority = if !s.authority.is_empty() {
             s.authority.clone()
         } else {
@@ -359,13 +378,69 @@ impl Layer for GrpcLayer {
             .header("user-agent", ua)
             .body(())
             .map_err(|e| io::Error::other(format!("gRPC request: {e}")))?;
-        client = client.ready().await.map_err(h2_err)?;
+        let mut client = client.ready().await.map_err(h2_err)?;
         let (resp, send) = client.send_request(req, false).map_err(h2_err)?;
         Ok(Box::new(GrpcStream::new(
             RecvState::Response(resp),
             send,
             false,
         )))
+    }
+}
+
+/// An outbound's gRPC client: as grpc-go in Xray, every call to a server goes as a stream of
+/// one shared HTTP/2 connection (dialed through the layers below gRPC), redialed when it ends.
+pub struct GrpcDialer {
+    /// The socket and the layers under gRPC (TLS).
+    pub below: Arc<dyn super::Dialer>,
+    pub layer: GrpcLayer,
+    /// The shared connection per server. Held while one is dialed, so calls that start
+    /// together wait for it instead of dialing their own.
+    conns:
+        tokio::sync::Mutex<std::collections::HashMap<Destination, h2::client::SendRequest<Bytes>>>,
+}
+
+impl GrpcDialer {
+    pub fn new(below: Arc<dyn super::Dialer>, layer: GrpcLayer) -> Self {
+        GrpcDialer {
+            below,
+            layer,
+            conns: Default::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl super::Dialer for GrpcDialer {
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        let client = {
+            let mut conns = self.conns.lock().await;
+            let live = match conns.get(dest).cloned() {
+                Some(c) => match c.ready().await {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        tracing::debug!("gRPC: the shared connection to {dest} ended: {e}");
+                        conns.remove(dest);
+                        None
+                    }
+                },
+                None => None,
+            };
+            match live {
+                Some(c) => c,
+                None => {
+                    let stream = self.below.dial_tcp(dest).await?;
+                    let c = self.layer.handshake(stream).await?;
+                    conns.insert(dest.clone(), c.clone());
+                    c
+                }
+            }
+        };
+        self.layer.call(client, dest).await
+    }
+
+    async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn super::PacketConn>> {
+        self.below.dial_udp(dest).await
     }
 }
 
