@@ -176,3 +176,80 @@ fn marzban_as_it_starts_the_core() {
     both_accept("marzban-core", &cfg);
     let _f = ferry(&cfg, &[api, port]);
 }
+
+/// Marzban's fallback variant (xray-fallback.json): one Trojan port that only falls back, by
+/// path to WebSocket inbounds (VLESS, VMess, Trojan) and by ALPN or default to raw inbounds, all
+/// on abstract sockets behind PROXY v2, every user list empty, sniffing on. Left out as above:
+/// the `dns` outbound and the geoip/bittorrent rules.
+#[test]
+fn marzban_fallback_variant() {
+    let (port, ss) = (free_port(), free_port());
+    let tag = format!("mzb{}", std::process::id());
+    let sniff = r#""sniffing": {"enabled": true, "destOverride": ["http", "tls"]}"#;
+    let ws = |name: &str, proto: &str, path: &str, extra: &str| {
+        format!(
+            r#"{{"tag": "{name}", "listen": "@{tag}-{name}", "protocol": "{proto}",
+                "settings": {{"clients": []{extra}}},
+                "streamSettings": {{"network": "ws", "security": "none",
+                  "wsSettings": {{"acceptProxyProtocol": true, "path": "{path}"}}}}, {sniff}}}"#
+        )
+    };
+    let raw = |name: &str, proto: &str, extra: &str| {
+        format!(
+            r#"{{"tag": "{name}", "listen": "@{tag}-{name}", "protocol": "{proto}",
+                "settings": {{"clients": []{extra}}},
+                "streamSettings": {{"network": "tcp", "security": "none",
+                  "tcpSettings": {{"acceptProxyProtocol": true}}}}, {sniff}}}"#
+        )
+    };
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "info"}},
+  "inbounds": [
+    {{"tag": "TROJAN_FALLBACK_INBOUND", "listen": "127.0.0.1", "port": {port}, "protocol": "trojan",
+      "settings": {{"clients": [], "decryption": "none", "fallbacks": [
+        {{"path": "/lw", "dest": "@{tag}-vlws", "xver": 2}},
+        {{"path": "/mw", "dest": "@{tag}-vmws", "xver": 2}},
+        {{"path": "/tw", "dest": "@{tag}-trws", "xver": 2}},
+        {{"alpn": "h2", "dest": "@{tag}-trtcp", "xver": 2}},
+        {{"dest": "@{tag}-vltcp", "xver": 2}}]}},
+      "streamSettings": {{"network": "tcp"}}, {sniff}}},
+    {}, {}, {}, {}, {},
+    {{"tag": "VMESS_TCP_INBOUND", "listen": "@{tag}-vmtcp", "protocol": "vmess",
+      "settings": {{"clients": []}},
+      "streamSettings": {{"network": "tcp", "security": "none", "tcpSettings": {{"acceptProxyProtocol": true}}}}, {sniff}}},
+    {{"listen": "127.0.0.1", "port": {ss}, "protocol": "shadowsocks", "settings": {{"clients": []}},
+      "network": "tcp,udp", "tag": "SHADOWSOCKS_INBOUND"}}
+  ],
+  "outbounds": [{{"protocol": "freedom", "settings": {{}}}}, {{"protocol": "blackhole", "tag": "blackhole"}}],
+  "routing": {{"domainStrategy": "AsIs", "settings": {{"rules": []}}}}
+}}"#,
+        ws("vlws", "vless", "/lw", r#", "decryption": "none""#),
+        ws("vmws", "vmess", "/mw", ""),
+        ws("trws", "trojan", "/tw", ""),
+        raw("trtcp", "trojan", ""),
+        raw(
+            "vltcp",
+            "vless",
+            &format!(
+                r#", "decryption": "none", "fallbacks": [{{"dest": "@{tag}-vmtcp", "xver": 2}}]"#
+            )
+        ),
+    );
+    // The tags of the shape, as Marzban names them.
+    let cfg = cfg
+        .replace("\"tag\": \"vlws\"", "\"tag\": \"VLESS_WS_INBOUND\"")
+        .replace("\"tag\": \"vmws\"", "\"tag\": \"VMESS_WS_INBOUND\"")
+        .replace("\"tag\": \"trws\"", "\"tag\": \"TROJAN_WS_INBOUND\"")
+        .replace("\"tag\": \"trtcp\"", "\"tag\": \"TROJAN_TCP_H2_INBOUND\"")
+        .replace("\"tag\": \"vltcp\"", "\"tag\": \"VLESS_TCP_INBOUND\"");
+    both_accept("marzban-fallback", &cfg);
+    let f = ferry(&cfg, &[port, ss]);
+    // Nobody is a user yet: a GET for /lw goes through the Trojan port's path fallback to the
+    // VLESS ws inbound, which answers it as Xray's does (not an upgrade: 400); another path
+    // reaches the VLESS raw inbound, which has nothing to say to HTTP.
+    let r = get(port, "/lw");
+    assert!(r.starts_with("HTTP/1.1 400 "), "{r:?}\n{}", f.output());
+    let out = f.output();
+    assert!(out.contains("to fallback @"), "{out}");
+}
