@@ -237,6 +237,7 @@ impl Core {
             acceptor: ib.stream.acceptor(),
             traffic: Arc::new(self.counters.inbound(&ib.tag)),
             live: self.live.clone(),
+            sniffing: ib.sniffing.clone(),
         });
         let mut tasks = Tasks(Vec::new());
         let mut bound = Vec::new();
@@ -355,6 +356,7 @@ struct Serve {
     acceptor: Acceptor,
     traffic: Arc<Traffic>,
     live: Arc<Live>,
+    sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 }
 
 impl Serve {
@@ -364,6 +366,7 @@ impl Serve {
             info,
             dispatcher: self.dispatcher.clone(),
             traffic: self.traffic.clone(),
+            sniffing: self.sniffing.clone(),
         }
     }
 

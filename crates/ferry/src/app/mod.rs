@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod mux;
 pub mod policy;
 pub mod router;
+pub mod sniff;
 /// Traffic counters (a low module of their own; re-exported here where they used to live).
 pub use crate::stats;
 pub mod udp;

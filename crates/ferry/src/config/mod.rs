@@ -46,6 +46,8 @@ pub struct Inbound {
     pub stream: StreamSettings,
     /// The inbound's JSON object as configured.
     pub json: Value,
+    /// `sniffing`, when enabled.
+    pub sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 }
 
 /// One outbound, ready to dial.
@@ -285,21 +287,9 @@ pub fn parse_inbound(
         }
     };
     let ss = StreamSettings::parse(o, false)?;
+    let mut sniffing = None;
     if let Some(s) = o.obj("sniffing")? {
-        if s.bool("enabled")?.unwrap_or(false) {
-            diag.warn(
-                s.path(),
-                "sniffing is not supported yet; destinations are used as sent",
-            );
-        }
-        s.ignore(&[
-            "enabled",
-            "destOverride",
-            "metadataOnly",
-            "routeOnly",
-            "domainsExcluded",
-            "ipsExcluded",
-        ]);
+        sniffing = crate::app::sniff::Sniffing::parse(&s)?.map(Arc::new);
         s.finish();
     }
     o.ignore(&["allocate"]);
@@ -316,6 +306,7 @@ pub fn parse_inbound(
     )?;
     settings.finish();
     Ok(Inbound {
+        sniffing,
         tag,
         listen,
         protocol: name,

@@ -386,6 +386,7 @@ async fn test_route(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
         },
         user: (!ctx.user.is_empty()).then(|| User::new(ctx.user.as_str(), 0)),
         protocol: "api",
+        sniffed: None,
     };
     let router = api.core.dispatcher.router.load();
     let rule = router
