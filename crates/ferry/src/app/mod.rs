@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod dispatcher;
+pub mod dns;
 pub mod instance;
 pub mod log;
 pub mod mask;

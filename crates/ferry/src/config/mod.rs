@@ -502,6 +502,14 @@ impl Config {
             o.finish();
         }
 
+        let dns = match root.obj("dns")? {
+            Some(d) => {
+                let dns = crate::app::dns::parse(&d, &crate::app::router::Assets::from_env())?;
+                d.finish();
+                Some(Arc::new(dns))
+            }
+            None => None,
+        };
         let router = match root.obj("routing")? {
             Some(r) => {
                 let router = Router::parse(&r)?;
@@ -509,7 +517,8 @@ impl Config {
                 router
             }
             None => Router::default(),
-        };
+        }
+        .with_dns(dns);
         if let Some((rp, Value::Array(rules))) = root
             .get("routing")
             .and_then(|(p, v)| v.get("rules").map(|r| (p, r)))
@@ -525,7 +534,6 @@ impl Config {
             }
         }
         root.ignore(&[
-            "dns",
             "api",
             "transport",
             "reverse",
@@ -537,12 +545,6 @@ impl Config {
             if root.has(k) {
                 diag.warn(&root.key_path(k), "not supported yet; ignored");
             }
-        }
-        if root.has("dns") {
-            diag.warn(
-                "dns",
-                "Ferry resolves with the system resolver for now; the dns object is ignored",
-            );
         }
         root.finish();
         Ok(Config {

@@ -166,9 +166,14 @@ pub struct Router {
     pub rules: Vec<Rule>,
     pub strategy: DomainStrategy,
     has_ip_rules: bool,
+    /// The `dns` object's resolver (the system resolver without one).
+    pub dns: Option<std::sync::Arc<crate::app::dns::Dns>>,
 }
 
-async fn resolve(domain: &str, port: u16) -> Vec<IpAddr> {
+async fn resolve(dns: Option<&crate::app::dns::Dns>, domain: &str, port: u16) -> Vec<IpAddr> {
+    if let Some(d) = dns {
+        return d.lookup(domain).await;
+    }
     match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((domain, port))).await {
         Ok(Ok(it)) => it.map(|a| a.ip()).collect(),
         Ok(Err(e)) => {
@@ -196,7 +201,7 @@ impl Router {
                 Eval::Match => return Some(r),
                 Eval::NoMatch => {}
                 Eval::NeedIps if self.strategy == DomainStrategy::IpOnDemand => {
-                    let v = resolve(domain, s.dest.port).await;
+                    let v = resolve(self.dns.as_deref(), domain, s.dest.port).await;
                     let hit = r.eval(s, Some(&v)) == Eval::Match;
                     ips = Some(v);
                     if hit {
@@ -207,7 +212,7 @@ impl Router {
             }
         }
         if self.strategy == DomainStrategy::IpIfNonMatch {
-            let v = resolve(domain, s.dest.port).await;
+            let v = resolve(self.dns.as_deref(), domain, s.dest.port).await;
             if !v.is_empty() {
                 return self.route_sync(s, Some(&v));
             }
@@ -226,7 +231,14 @@ impl Router {
             rules,
             strategy,
             has_ip_rules,
+            dns: None,
         }
+    }
+
+    /// The same router resolving through `dns`.
+    pub fn with_dns(mut self, dns: Option<std::sync::Arc<crate::app::dns::Dns>>) -> Router {
+        self.dns = dns;
+        self
     }
 
     /// Reads `routing`, finding geodata files in the default asset locations.
