@@ -67,7 +67,15 @@ impl Dispatcher {
                 if let Some(t) = &rule.tag {
                     tracing::debug!("[{}] {} matched rule {t}", s.inbound_tag, s.dest);
                 }
-                table.get(&rule.outbound).cloned()
+                match rule.balancer.as_deref().and_then(|b| router.balancer(b)) {
+                    Some(b) => {
+                        let cands = b.candidates(table.list().iter().map(|e| &*e.tag));
+                        // No pick (and no fallbackTag): the default outbound, as in Xray.
+                        b.pick(&cands, router.observatory.as_deref())
+                            .and_then(|t| table.get(&t).cloned())
+                    }
+                    None => table.get(&rule.outbound).cloned(),
+                }
             }
             None => None,
         };

@@ -182,6 +182,10 @@ impl Instance {
             core,
             listeners: Vec::new(),
         };
+        if let Some(obs) = &cfg.router.observatory {
+            let task = obs.clone().run(cfg.registry.clone());
+            inst.listeners.push(tokio::spawn(task));
+        }
         for ib in cfg.inbounds {
             inst.add_inbound(ib).await?;
         }

@@ -8,6 +8,7 @@ pub mod log;
 pub mod mask;
 pub mod metrics;
 pub mod mux;
+pub mod observatory;
 pub mod policy;
 pub mod router;
 pub mod sniff;

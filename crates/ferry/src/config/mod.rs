@@ -519,12 +519,31 @@ impl Config {
             None => Router::default(),
         }
         .with_dns(dns);
+        let mut observatory = None;
+        for (k, burst) in [("observatory", false), ("burstObservatory", true)] {
+            if let Some(o) = root.obj(k)? {
+                if observatory.is_some() {
+                    return Err(ConfigError::new(
+                        o.path(),
+                        "only one of observatory and burstObservatory is supported",
+                    ));
+                }
+                let obs = if burst {
+                    crate::app::observatory::Observatory::parse_burst(&o)?
+                } else {
+                    crate::app::observatory::Observatory::parse(&o)?
+                };
+                o.finish();
+                observatory = Some(Arc::new(obs));
+            }
+        }
+        let router = router.with_observatory(observatory)?;
         if let Some((rp, Value::Array(rules))) = root
             .get("routing")
             .and_then(|(p, v)| v.get("rules").map(|r| (p, r)))
         {
             for (i, rule) in router.rules.iter().enumerate() {
-                if !tags.contains(&rule.outbound) {
+                if rule.balancer.is_none() && !tags.contains(&rule.outbound) {
                     let _ = rules;
                     return Err(ConfigError::new(
                         format!("{rp}.rules[{i}].outboundTag"),
@@ -533,15 +552,8 @@ impl Config {
                 }
             }
         }
-        root.ignore(&[
-            "api",
-            "transport",
-            "reverse",
-            "fakedns",
-            "observatory",
-            "burstObservatory",
-        ]);
-        for k in ["reverse", "fakedns", "observatory", "burstObservatory"] {
+        root.ignore(&["api", "transport", "reverse", "fakedns"]);
+        for k in ["reverse", "fakedns"] {
             if root.has(k) {
                 diag.warn(&root.key_path(k), "not supported yet; ignored");
             }

@@ -301,7 +301,9 @@ fn add_rule(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
         };
         all.extend(parsed.rules);
         (
-            crate::app::router::Router::new(all, old.strategy).with_dns(old.dns.clone()),
+            crate::app::router::Router::new(all, old.strategy)
+                .with_dns(old.dns.clone())
+                .keep_balancers(old),
             (),
         )
     });

@@ -14,6 +14,7 @@ use crate::common::{Address, Network};
 use crate::config::reader::{self, ConfigError, Obj, Result};
 use crate::proxy::Session;
 
+pub mod balancer;
 mod cidr;
 mod domain;
 pub mod geodata;
@@ -110,7 +111,10 @@ impl Cond {
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub conds: Vec<Cond>,
+    /// The outbound tag (empty when the rule names a balancer).
     pub outbound: String,
+    /// `balancerTag`, when the rule names a balancer instead of an outbound.
+    pub balancer: Option<String>,
     pub tag: Option<String>,
     has_ip: bool,
 }
@@ -132,6 +136,7 @@ impl Rule {
         Rule {
             conds,
             outbound,
+            balancer: None,
             tag,
             has_ip,
         }
@@ -168,6 +173,10 @@ pub struct Router {
     has_ip_rules: bool,
     /// The `dns` object's resolver (the system resolver without one).
     pub dns: Option<std::sync::Arc<crate::app::dns::Dns>>,
+    /// `balancers`.
+    pub balancers: Vec<std::sync::Arc<balancer::Balancer>>,
+    /// `observatory` / `burstObservatory`, which the balancers read.
+    pub observatory: Option<std::sync::Arc<crate::app::observatory::Observatory>>,
 }
 
 async fn resolve(dns: Option<&crate::app::dns::Dns>, domain: &str, port: u16) -> Vec<IpAddr> {
@@ -232,7 +241,46 @@ impl Router {
             strategy,
             has_ip_rules,
             dns: None,
+            balancers: Vec::new(),
+            observatory: None,
         }
+    }
+
+    /// The balancer tagged `tag`.
+    pub fn balancer(&self, tag: &str) -> Option<&balancer::Balancer> {
+        self.balancers.iter().find(|b| b.tag == tag).map(|b| &**b)
+    }
+
+    /// Keeps the balancers and observatory of `old` (rules changed through the API).
+    pub fn keep_balancers(mut self, old: &Router) -> Router {
+        self.balancers = old.balancers.clone();
+        self.observatory = old.observatory.clone();
+        self
+    }
+
+    /// Attaches the observatory; a balancer that needs one without it is an error.
+    pub fn with_observatory(
+        mut self,
+        obs: Option<std::sync::Arc<crate::app::observatory::Observatory>>,
+    ) -> Result<Router> {
+        if obs.is_none() {
+            if let Some((i, b)) = self
+                .balancers
+                .iter()
+                .enumerate()
+                .find(|(_, b)| b.needs_observatory())
+            {
+                return Err(ConfigError::new(
+                    format!("routing.balancers[{i}]"),
+                    format!(
+                        "balancer {:?} needs an observatory or burstObservatory (its strategy or fallbackTag reads probe results)",
+                        b.tag
+                    ),
+                ));
+            }
+        }
+        self.observatory = obs;
+        Ok(self)
     }
 
     /// The same router resolving through `dns`.
@@ -270,13 +318,31 @@ impl Router {
             rules.push(parse_rule(&r, assets)?);
             r.finish();
         }
-        if o.has("balancers") {
-            return Err(ConfigError::new(
-                o.key_path("balancers"),
-                "balancers are not supported yet",
-            ));
+        let mut balancers: Vec<std::sync::Arc<balancer::Balancer>> = Vec::new();
+        for b in o.objs(&["balancers"])? {
+            let bal = balancer::Balancer::parse(&b)?;
+            if balancers.iter().any(|x| x.tag == bal.tag) {
+                return Err(ConfigError::new(
+                    b.key_path("tag"),
+                    format!("duplicate balancer tag {:?}", bal.tag),
+                ));
+            }
+            balancers.push(std::sync::Arc::new(bal));
+            b.finish();
         }
-        Ok(Router::new(rules, strategy))
+        for (i, r) in rules.iter().enumerate() {
+            if let Some(t) = &r.balancer {
+                if !balancers.iter().any(|b| &b.tag == t) {
+                    return Err(ConfigError::new(
+                        format!("{}.rules[{i}].balancerTag", o.path()),
+                        format!("no balancer is tagged {t:?}"),
+                    ));
+                }
+            }
+        }
+        let mut r = Router::new(rules, strategy);
+        r.balancers = balancers;
+        Ok(r)
     }
 }
 
@@ -358,15 +424,16 @@ fn parse_rule(r: &Obj<'_>, assets: &Assets) -> Result<Rule> {
             ));
         }
     }
-    let outbound = match r.str("outboundTag")? {
-        Some(t) => t,
-        None if r.has("balancerTag") => {
+    // `outboundTag` wins over `balancerTag`, as in Xray.
+    let (outbound, balancer) = match (r.str("outboundTag")?, r.str("balancerTag")?) {
+        (Some(t), _) if !t.is_empty() => (t, None),
+        (_, Some(b)) if !b.is_empty() => (String::new(), Some(b)),
+        _ => {
             return Err(ConfigError::new(
-                r.key_path("balancerTag"),
-                "balancers are not supported yet",
+                r.path(),
+                "a rule needs an outboundTag or a balancerTag",
             ))
         }
-        None => return Err(ConfigError::new(r.path(), "a rule needs an outboundTag")),
     };
     let tag = r.str("ruleTag")?;
     if conds.is_empty() {
@@ -376,7 +443,9 @@ fn parse_rule(r: &Obj<'_>, assets: &Assets) -> Result<Rule> {
             "this rule has no effective fields",
         ));
     }
-    Ok(Rule::new(conds, outbound, tag))
+    let mut rule = Rule::new(conds, outbound, tag);
+    rule.balancer = balancer;
+    Ok(rule)
 }
 
 #[cfg(test)]
