@@ -267,6 +267,9 @@ pub fn build_initial(
     }
     let pn_len = 2;
     let len = pn_len + payload.len() + 16;
+    if len > 0x3fff {
+        return None;
+    }
     let ty: u8 = if version == V2 { 1 } else { 0 };
     let mut h = vec![0xc0 | ty << 4 | (pn_len as u8 - 1)];
     h.extend_from_slice(&version.to_be_bytes());
