@@ -67,6 +67,15 @@ enum Cmd {
         #[command(subcommand)]
         cmd: TlsCmd,
     },
+    /// geoip.dat / geosite.dat: list a file's tags (with their sizes and attributes), or the
+    /// tags that hold an IP or a domain.
+    Geodata {
+        /// A path, or a file name looked up as Xray finds assets (XRAY_LOCATION_ASSET, next to
+        /// the binary, /usr/local/share/xray, /usr/share/xray, /opt/share/xray).
+        file: String,
+        /// An IP or a domain to look up; without it, the tags are listed.
+        query: Option<String>,
+    },
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
     Uuid {
         #[arg(short = 'i', long = "input")]
@@ -115,6 +124,41 @@ fn tls_cert(domains: &[String], file: Option<&str>, days: u32) -> Result<ExitCod
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn geodata_cmd(file: &str, query: Option<&str>) -> Result<ExitCode> {
+    use ferry::app::router::{geodata, Assets};
+    let path = if std::path::Path::new(file).is_file() {
+        std::path::PathBuf::from(file)
+    } else {
+        Assets::from_env().find(file).map_err(|e| anyhow!("{e}"))?
+    };
+    match query {
+        None => {
+            let tags = geodata::list(&path).map_err(|e| anyhow!("{e}"))?;
+            for t in &tags {
+                if t.attrs.is_empty() {
+                    println!("{}\t{}", t.code, t.items);
+                } else {
+                    println!("{}\t{}\t@{}", t.code, t.items, t.attrs.join(" @"));
+                }
+            }
+            eprintln!("{}: {} tags", path.display(), tags.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(q) => {
+            let hits = geodata::lookup(&path, q).map_err(|e| anyhow!("{e}"))?;
+            for h in &hits {
+                println!("{h}");
+            }
+            Ok(if hits.is_empty() {
+                eprintln!("{q}: in no tag of {}", path.display());
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
 }
 
 /// Writes a file only its owner can read.
@@ -439,6 +483,7 @@ fn main() -> ExitCode {
         Some(Cmd::Tls {
             cmd: TlsCmd::Cert { domain, file, days },
         }) => tls_cert(&domain, file.as_deref(), days),
+        Some(Cmd::Geodata { file, query }) => geodata_cmd(&file, query.as_deref()),
         Some(Cmd::Uuid { input }) => {
             match input {
                 Some(s) => println!("{}", ferry::common::uuid::from_string(&s)),

@@ -216,6 +216,31 @@ pub struct Session {
     pub user: Option<User>,
     /// The protocol the inbound spoke (for logs).
     pub protocol: &'static str,
+    /// What sniffing found in the client's first bytes (`None` without sniffing).
+    pub sniffed: Option<Box<Sniffed>>,
+}
+
+/// What sniffing found in a connection's first bytes (routing.md §3).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sniffed {
+    /// `tls`, `http1`, `quic`, `bittorrent`.
+    pub protocol: &'static str,
+    /// The name asked for (verbatim for TLS/QUIC, lower-cased for HTTP); empty for BitTorrent.
+    pub domain: String,
+    /// HTTP headers (lower-case keys) with `:method` and `:path`, for `attrs` rules.
+    pub attrs: Vec<(String, String)>,
+    /// `routeOnly`: `domain` is what routing matches while the destination stays as sent.
+    pub route_target: bool,
+}
+
+impl Session {
+    /// The domain routing matches: a route-only sniffed name first, then a domain destination.
+    pub fn route_domain(&self) -> Option<&str> {
+        match &self.sniffed {
+            Some(s) if s.route_target && !s.domain.is_empty() => Some(&s.domain),
+            _ => self.dest.addr.domain(),
+        }
+    }
 }
 
 impl Session {

@@ -26,6 +26,22 @@ pub struct Dispatcher {
     pub access: AccessLog,
 }
 
+/// Sniffs a stream session when its inbound asks (the future is boxed: most connections
+/// never sniff, and those that do keep none of its state while relaying).
+async fn sniffed(
+    ctx: &InboundCtx,
+    mut session: Session,
+    stream: BoxStream,
+) -> (Session, BoxStream) {
+    match &ctx.sniffing {
+        Some(cfg) => {
+            let stream = Box::pin(crate::app::sniff::io::stream(cfg, &mut session, stream)).await;
+            (session, stream)
+        }
+        None => (session, stream),
+    }
+}
+
 /// Counters one UDP session adds to, packet by packet.
 pub type UdpCounters = Counters;
 
@@ -51,7 +67,15 @@ impl Dispatcher {
                 if let Some(t) = &rule.tag {
                     tracing::debug!("[{}] {} matched rule {t}", s.inbound_tag, s.dest);
                 }
-                table.get(&rule.outbound).cloned()
+                match rule.balancer.as_deref().and_then(|b| router.balancer(b)) {
+                    Some(b) => {
+                        let cands = b.candidates(table.list().iter().map(|e| &*e.tag));
+                        // No pick (and no fallbackTag): the default outbound, as in Xray.
+                        b.pick(&cands, router.observatory.as_deref())
+                            .and_then(|t| table.get(&t).cloned())
+                    }
+                    None => table.get(&rule.outbound).cloned(),
+                }
             }
             None => None,
         };
@@ -111,6 +135,7 @@ impl Dispatcher {
                 Accepted::Stream(session, stream) => (session, stream),
                 other => return Box::pin(self.serve_other(other, ctx)).await,
             };
+            let (session, stream) = sniffed(ctx, session, stream).await;
             self.dispatch_tcp(session, stream, &ctx.traffic)
                 .await
                 .map(|_| ())
@@ -155,12 +180,21 @@ impl Dispatcher {
     /// Everything an inbound asks for besides relaying a stream.
     async fn serve_other(&self, accepted: Accepted, ctx: &InboundCtx) -> io::Result<()> {
         match accepted {
-            Accepted::Stream(session, stream) => self
-                .dispatch_tcp(session, stream, &ctx.traffic)
-                .await
-                .map(|_| ()),
+            Accepted::Stream(session, stream) => {
+                let (session, stream) = sniffed(ctx, session, stream).await;
+                self.dispatch_tcp(session, stream, &ctx.traffic)
+                    .await
+                    .map(|_| ())
+            }
             Accepted::Packets(session, client) => {
-                crate::app::udp::serve_packets(self, session, client, &ctx.traffic).await
+                crate::app::udp::serve_packets_sniffed(
+                    self,
+                    session,
+                    client,
+                    &ctx.traffic,
+                    ctx.sniffing.as_deref(),
+                )
+                .await
             }
             Accepted::Mux(session, stream) => {
                 crate::app::mux::serve(ctx.dispatcher.clone(), session, stream, ctx.traffic.clone())

@@ -182,6 +182,10 @@ impl Instance {
             core,
             listeners: Vec::new(),
         };
+        if let Some(obs) = &cfg.router.observatory {
+            let task = obs.clone().run(cfg.registry.clone());
+            inst.listeners.push(tokio::spawn(task));
+        }
         for ib in cfg.inbounds {
             inst.add_inbound(ib).await?;
         }
@@ -237,6 +241,7 @@ impl Core {
             acceptor: ib.stream.acceptor(),
             traffic: Arc::new(self.counters.inbound(&ib.tag)),
             live: self.live.clone(),
+            sniffing: ib.sniffing.clone(),
         });
         let mut tasks = Tasks(Vec::new());
         let mut bound = Vec::new();
@@ -355,6 +360,7 @@ struct Serve {
     acceptor: Acceptor,
     traffic: Arc<Traffic>,
     live: Arc<Live>,
+    sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 }
 
 impl Serve {
@@ -364,6 +370,7 @@ impl Serve {
             info,
             dispatcher: self.dispatcher.clone(),
             traffic: self.traffic.clone(),
+            sniffing: self.sniffing.clone(),
         }
     }
 

@@ -248,6 +248,7 @@ mod tests {
             network: Network::Tcp,
             user: None,
             protocol: "socks",
+            sniffed: None,
         };
         assert_eq!(
             accepted_line(&s, "out", true),

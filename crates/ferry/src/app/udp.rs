@@ -158,9 +158,20 @@ impl UdpNat {
 /// passes without traffic.
 pub async fn serve_packets(
     d: &Dispatcher,
+    session: Session,
+    client: Box<dyn PacketConn>,
+    inbound: &Traffic,
+) -> io::Result<()> {
+    serve_packets_sniffed(d, session, client, inbound, None).await
+}
+
+/// [`serve_packets`], sniffing the first datagrams (QUIC) when the inbound asks.
+pub async fn serve_packets_sniffed(
+    d: &Dispatcher,
     mut session: Session,
     client: Box<dyn PacketConn>,
     inbound: &Traffic,
+    sniffing: Option<&crate::app::sniff::Sniffing>,
 ) -> io::Result<()> {
     let idle = d.policy.level(session.level()).conn_idle;
     let idle = if idle.is_zero() {
@@ -179,13 +190,50 @@ pub async fn serve_packets(
         Err(_) => return Ok(()),
     };
     session.dest = dest.clone();
+    // Sniffed datagrams wait here until the session is routed; then they go out in order.
+    let mut early: Vec<(Vec<u8>, Destination)> = Vec::new();
+    if let Some(cfg) = sniffing {
+        let first = (up[..n].to_vec(), dest.clone());
+        let c = &client;
+        early = crate::app::sniff::io::datagrams(
+            cfg,
+            &mut session,
+            first,
+            |d: &(Vec<u8>, Destination)| &d.0[..],
+            |left| async move {
+                let mut b = vec![0u8; MAX_DATAGRAM];
+                match tokio::time::timeout(left, c.recv_from(&mut b)).await {
+                    Ok(Ok((n, to))) => {
+                        b.truncate(n);
+                        Some((b, to))
+                    }
+                    _ => None,
+                }
+            },
+        )
+        .await;
+        // Datagrams to the first destination go where sniffing pointed it.
+        for f in early.iter_mut().filter(|f| f.1 == dest) {
+            f.1 = session.dest.clone();
+        }
+    }
     let (pc, counters, _tag) = d.open_udp(&session, inbound).await?;
     let add = |v: &[Arc<AtomicU64>], n: usize| {
         for c in v {
             c.fetch_add(n as u64, Ordering::Relaxed);
         }
     };
-    let mut first = Some((n, dest));
+    let mut first = if early.is_empty() {
+        Some((n, dest))
+    } else {
+        for (data, to) in early.drain(..) {
+            match pc.send_to(&data, &to).await {
+                Ok(()) => add(&counters.up, data.len()),
+                Err(e) => tracing::debug!("[{}] udp -> {to}: {e}", session.inbound_tag),
+            }
+        }
+        None
+    };
     let mut down = vec![0u8; MAX_DATAGRAM];
     loop {
         if let Some((n, dest)) = first.take() {

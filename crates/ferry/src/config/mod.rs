@@ -46,6 +46,8 @@ pub struct Inbound {
     pub stream: StreamSettings,
     /// The inbound's JSON object as configured.
     pub json: Value,
+    /// `sniffing`, when enabled.
+    pub sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 }
 
 /// One outbound, ready to dial.
@@ -285,21 +287,9 @@ pub fn parse_inbound(
         }
     };
     let ss = StreamSettings::parse(o, false)?;
+    let mut sniffing = None;
     if let Some(s) = o.obj("sniffing")? {
-        if s.bool("enabled")?.unwrap_or(false) {
-            diag.warn(
-                s.path(),
-                "sniffing is not supported yet; destinations are used as sent",
-            );
-        }
-        s.ignore(&[
-            "enabled",
-            "destOverride",
-            "metadataOnly",
-            "routeOnly",
-            "domainsExcluded",
-            "ipsExcluded",
-        ]);
+        sniffing = crate::app::sniff::Sniffing::parse(&s)?.map(Arc::new);
         s.finish();
     }
     o.ignore(&["allocate"]);
@@ -316,6 +306,7 @@ pub fn parse_inbound(
     )?;
     settings.finish();
     Ok(Inbound {
+        sniffing,
         tag,
         listen,
         protocol: name,
@@ -511,6 +502,14 @@ impl Config {
             o.finish();
         }
 
+        let dns = match root.obj("dns")? {
+            Some(d) => {
+                let dns = crate::app::dns::parse(&d, &crate::app::router::Assets::from_env())?;
+                d.finish();
+                Some(Arc::new(dns))
+            }
+            None => None,
+        };
         let router = match root.obj("routing")? {
             Some(r) => {
                 let router = Router::parse(&r)?;
@@ -518,13 +517,33 @@ impl Config {
                 router
             }
             None => Router::default(),
-        };
+        }
+        .with_dns(dns);
+        let mut observatory = None;
+        for (k, burst) in [("observatory", false), ("burstObservatory", true)] {
+            if let Some(o) = root.obj(k)? {
+                if observatory.is_some() {
+                    return Err(ConfigError::new(
+                        o.path(),
+                        "only one of observatory and burstObservatory is supported",
+                    ));
+                }
+                let obs = if burst {
+                    crate::app::observatory::Observatory::parse_burst(&o)?
+                } else {
+                    crate::app::observatory::Observatory::parse(&o)?
+                };
+                o.finish();
+                observatory = Some(Arc::new(obs));
+            }
+        }
+        let router = router.with_observatory(observatory)?;
         if let Some((rp, Value::Array(rules))) = root
             .get("routing")
             .and_then(|(p, v)| v.get("rules").map(|r| (p, r)))
         {
             for (i, rule) in router.rules.iter().enumerate() {
-                if !tags.contains(&rule.outbound) {
+                if rule.balancer.is_none() && !tags.contains(&rule.outbound) {
                     let _ = rules;
                     return Err(ConfigError::new(
                         format!("{rp}.rules[{i}].outboundTag"),
@@ -533,25 +552,11 @@ impl Config {
                 }
             }
         }
-        root.ignore(&[
-            "dns",
-            "api",
-            "transport",
-            "reverse",
-            "fakedns",
-            "observatory",
-            "burstObservatory",
-        ]);
-        for k in ["reverse", "fakedns", "observatory", "burstObservatory"] {
+        root.ignore(&["api", "transport", "reverse", "fakedns"]);
+        for k in ["reverse", "fakedns"] {
             if root.has(k) {
                 diag.warn(&root.key_path(k), "not supported yet; ignored");
             }
-        }
-        if root.has("dns") {
-            diag.warn(
-                "dns",
-                "Ferry resolves with the system resolver for now; the dns object is ignored",
-            );
         }
         root.finish();
         Ok(Config {

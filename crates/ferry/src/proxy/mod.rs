@@ -40,6 +40,8 @@ pub struct InboundCtx {
     pub dispatcher: Arc<Dispatcher>,
     /// This inbound's counters.
     pub traffic: Arc<crate::session::Traffic>,
+    /// The inbound's `sniffing`, when enabled.
+    pub sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 }
 
 impl InboundCtx {
@@ -53,6 +55,7 @@ impl InboundCtx {
             network,
             user: None,
             protocol,
+            sniffed: None,
         }
     }
 

@@ -300,7 +300,12 @@ fn add_rule(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
             Vec::new()
         };
         all.extend(parsed.rules);
-        (crate::app::router::Router::new(all, old.strategy), ())
+        (
+            crate::app::router::Router::new(all, old.strategy)
+                .with_dns(old.dns.clone())
+                .keep_balancers(old),
+            (),
+        )
     });
     Ok(Vec::new())
 }
@@ -333,7 +338,10 @@ pub async fn call(api: &Api, method: &str, req: Bytes) -> Option<Result<Vec<u8>,
                     .filter(|x| x.tag.as_deref() != Some(r.rule_tag.as_str()))
                     .cloned()
                     .collect();
-                (crate::app::router::Router::new(rules, old.strategy), ())
+                (
+                    crate::app::router::Router::new(rules, old.strategy).with_dns(old.dns.clone()),
+                    (),
+                )
             });
             Ok(Vec::new())
         }),
@@ -386,6 +394,7 @@ async fn test_route(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
         },
         user: (!ctx.user.is_empty()).then(|| User::new(ctx.user.as_str(), 0)),
         protocol: "api",
+        sniffed: None,
     };
     let router = api.core.dispatcher.router.load();
     let rule = router

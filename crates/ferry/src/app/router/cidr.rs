@@ -1,13 +1,18 @@
-//! IP matchers: IPs and CIDRs as sorted, merged ranges searched by bisection.
+//! IP matchers: IPs, CIDRs and geoip tags as sorted, merged ranges searched by bisection, with
+//! Xray's negation (routing.md §2.3): positive CIDRs, negated CIDRs, positive tags and negated
+//! tags are four unions; a negated union matches the addresses of its families outside it; the
+//! four are OR-ed.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
+use super::geodata::{self, wire::Cidr, Assets};
 use super::ranges::{in_ranges, merge};
 use crate::config::reader::{ConfigError, Result};
 
-/// IPs and CIDRs as sorted, merged ranges.
+/// Sorted, merged address ranges of both families.
 #[derive(Debug, Clone, Default)]
-pub struct IpSet {
+pub struct IpRanges {
     v4: Vec<(u32, u32)>,
     v6: Vec<(u128, u128)>,
 }
@@ -23,64 +28,43 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-impl IpSet {
-    /// Reads `IP` and `IP/len` entries; `geoip:`/`ext:` are an error naming the entry.
-    pub fn parse(items: &[String], path: &str) -> Result<IpSet> {
+fn v4_range(a: u32, len: u8) -> (u32, u32) {
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    (a & mask, (a & mask) | !mask)
+}
+
+fn v6_range(a: u128, len: u8) -> (u128, u128) {
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len)
+    };
+    (a & mask, (a & mask) | !mask)
+}
+
+impl IpRanges {
+    /// From CIDRs (IPv4-mapped IPv6 prefixes count as IPv4, as Xray's parser makes them).
+    pub fn from_cidrs(cidrs: &[Cidr]) -> IpRanges {
         let (mut v4, mut v6) = (Vec::new(), Vec::new());
-        for (i, raw) in items.iter().enumerate() {
-            let p = format!("{path}[{i}]");
-            let s = raw.trim();
-            let lower = s.to_ascii_lowercase();
-            if lower.starts_with("geoip:")
-                || lower.starts_with("ext:")
-                || lower.starts_with("ext-ip:")
-            {
-                return Err(ConfigError::new(
-                    p,
-                    format!("{s:?}: geosite/geoip data files are not supported yet"),
-                ));
-            }
-            let bad = || ConfigError::new(p.clone(), format!("{s:?} is not an IP or CIDR"));
-            let (ip, len) = match s.split_once('/') {
-                Some((ip, len)) => (
-                    ip.parse::<IpAddr>().map_err(|_| bad())?,
-                    Some(len.parse::<u8>().map_err(|_| bad())?),
-                ),
-                None => (s.parse::<IpAddr>().map_err(|_| bad())?, None),
-            };
-            match canonical(ip) {
-                IpAddr::V4(a) => {
-                    let len = match (ip, len) {
-                        // A v4-mapped CIDR counts its prefix in IPv6 bits.
-                        (IpAddr::V6(_), Some(l)) => l.checked_sub(96).ok_or_else(bad)?,
-                        (_, l) => l.unwrap_or(32),
-                    };
-                    if len > 32 {
-                        return Err(bad());
+        for c in cidrs {
+            match *c {
+                Cidr::V4(a, l) => v4.push(v4_range(a, l.min(32))),
+                Cidr::V6(a, l) => {
+                    let ip = std::net::Ipv6Addr::from(a);
+                    match ip.to_ipv4_mapped() {
+                        Some(m) if l >= 96 => v4.push(v4_range(u32::from(m), l - 96)),
+                        _ => v6.push(v6_range(a, l.min(128))),
                     }
-                    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-                    let start = u32::from(a) & mask;
-                    v4.push((start, start | !mask));
-                }
-                IpAddr::V6(a) => {
-                    let len = len.unwrap_or(128);
-                    if len > 128 {
-                        return Err(bad());
-                    }
-                    let mask = if len == 0 {
-                        0
-                    } else {
-                        u128::MAX << (128 - len)
-                    };
-                    let start = u128::from(a) & mask;
-                    v6.push((start, start | !mask));
                 }
             }
         }
-        Ok(IpSet {
+        let mut r = IpRanges {
             v4: merge(v4, |x: u32| x.checked_add(1)),
             v6: merge(v6, |x: u128| x.checked_add(1)),
-        })
+        };
+        r.v4.shrink_to_fit();
+        r.v6.shrink_to_fit();
+        r
     }
 
     pub fn contains(&self, ip: IpAddr) -> bool {
@@ -88,6 +72,126 @@ impl IpSet {
             IpAddr::V4(a) => in_ranges(&self.v4, u32::from(a)),
             IpAddr::V6(a) => in_ranges(&self.v6, u128::from(a)),
         }
+    }
+
+    /// Whether it holds any range of `ip`'s family.
+    pub fn has_family_of(&self, ip: IpAddr) -> bool {
+        match canonical(ip) {
+            IpAddr::V4(_) => !self.v4.is_empty(),
+            IpAddr::V6(_) => !self.v6.is_empty(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
+
+    /// Number of merged ranges.
+    pub fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.v4.capacity() * 8 + self.v6.capacity() * 32
+    }
+}
+
+/// A rule's IP list.
+#[derive(Debug, Clone, Default)]
+pub struct IpSet {
+    pos: IpRanges,
+    neg: Option<IpRanges>,
+    geo: Vec<Arc<IpRanges>>,
+    geo_not: Vec<Arc<IpRanges>>,
+}
+
+/// Parses `IP` or `IP/len` (Xray's `parseCIDR`).
+fn parse_cidr(s: &str) -> Option<Cidr> {
+    let (ip, len) = match s.split_once('/') {
+        Some((ip, len)) => (ip.parse::<IpAddr>().ok()?, Some(len.parse::<u8>().ok()?)),
+        None => (s.parse::<IpAddr>().ok()?, None),
+    };
+    match canonical(ip) {
+        IpAddr::V4(a) => {
+            let len = match (ip, len) {
+                // A v4-mapped CIDR counts its prefix in IPv6 bits.
+                (IpAddr::V6(_), Some(l)) => l.checked_sub(96)?,
+                (_, l) => l.unwrap_or(32),
+            };
+            (len <= 32).then_some(Cidr::V4(u32::from(a), len))
+        }
+        IpAddr::V6(a) => {
+            let len = len.unwrap_or(128);
+            (len <= 128).then_some(Cidr::V6(u128::from(a), len))
+        }
+    }
+}
+
+impl IpSet {
+    /// Reads `IP`, `IP/len`, `geoip:TAG`, `ext:FILE:TAG`, `ext-ip:FILE:TAG`, each optionally
+    /// negated with `!` (before the entry or the tag); errors name the entry.
+    pub fn parse(items: &[String], path: &str) -> Result<IpSet> {
+        Self::parse_with(items, path, &Assets::from_env())
+    }
+
+    /// Like [`IpSet::parse`] with the asset locations given.
+    pub fn parse_with(items: &[String], path: &str, assets: &Assets) -> Result<IpSet> {
+        let (mut pos, mut neg) = (Vec::new(), Vec::new());
+        let mut set = IpSet::default();
+        for (i, raw) in items.iter().enumerate() {
+            let p = format!("{path}[{i}]");
+            let (s, not) = geodata::cut_not(raw.trim());
+            let lower = s.get(..7).unwrap_or(s).to_ascii_lowercase();
+            let geo = if lower.starts_with("geoip:") {
+                Some((geodata::GEOIP, &s[6..]))
+            } else if lower.starts_with("ext-ip:") || lower.starts_with("ext:") {
+                let rest = &s[s.find(':').map_or(0, |i| i + 1)..];
+                Some(rest.split_once(':').ok_or_else(|| {
+                    ConfigError::new(p.clone(), format!("{raw:?}: expected ext:FILE:TAG"))
+                })?)
+            } else {
+                None
+            };
+            if let Some((file, code)) = geo {
+                let (code, not2) = geodata::cut_not(code);
+                let r = geodata::geoip(assets, file, code)
+                    .map_err(|e| ConfigError::new(p.clone(), format!("{raw:?}: {e}")))?;
+                if not != not2 {
+                    set.geo_not.push(r);
+                } else {
+                    set.geo.push(r);
+                }
+                continue;
+            }
+            let c = parse_cidr(s).ok_or_else(|| {
+                ConfigError::new(p.clone(), format!("{raw:?} is not an IP or CIDR"))
+            })?;
+            if not {
+                neg.push(c);
+            } else {
+                pos.push(c);
+            }
+        }
+        set.pos = IpRanges::from_cidrs(&pos);
+        if !neg.is_empty() {
+            set.neg = Some(IpRanges::from_cidrs(&neg));
+        }
+        Ok(set)
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        if self.pos.contains(ip) || self.geo.iter().any(|r| r.contains(ip)) {
+            return true;
+        }
+        if let Some(n) = &self.neg {
+            if n.has_family_of(ip) && !n.contains(ip) {
+                return true;
+            }
+        }
+        !self.geo_not.is_empty()
+            && self.geo_not.iter().any(|r| r.has_family_of(ip))
+            && !self.geo_not.iter().any(|r| r.contains(ip))
     }
 }
 
@@ -102,7 +206,7 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let s = IpSet::parse(&v, "ip").unwrap();
-        assert_eq!(s.v4.len(), 2, "adjacent ranges merge: {:?}", s.v4);
+        assert_eq!(s.pos.v4.len(), 2, "adjacent ranges merge: {:?}", s.pos.v4);
         for ok in [
             "10.255.0.1",
             "11.0.0.0",

@@ -1,62 +1,164 @@
 //! Domain matchers: Xray's plain / `full:` / `domain:` / `keyword:` / `regexp:` / `dotless:`
-//! patterns compiled into hash sets, one literal regex and one `RegexSet`.
+//! patterns and `geosite:` / `ext:` lists, compiled into compact string sets (full names and
+//! suffixes), one literal regex (substrings) and one `RegexSet`.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::sync::Arc;
 
 use regex::{Regex, RegexSet};
 
+use super::geodata::{self, Assets};
+use super::strset::StrSet;
 use crate::config::reader::{ConfigError, Result};
 
-/// A compiled set of domain patterns (Xray's plain / `full:` / `domain:` / `keyword:` /
-/// `regexp:` / `dotless:`). Matching is on the lower-cased domain, as in Xray.
-#[derive(Debug, Clone, Default)]
-pub struct DomainSet {
-    full: HashSet<String>,
-    suffix: HashSet<String>,
+pub use super::geodata::wire::DomainType;
+
+/// One compiled list of domain patterns: a rule's own entries, or one geosite tag (shared by
+/// every rule that names it). Matching is on the lower-cased domain, as in Xray.
+#[derive(Debug, Default)]
+pub struct DomainTable {
+    full: StrSet,
+    suffix: StrSet,
     substr: Option<Regex>,
     regex: Option<RegexSet>,
+    count: usize,
+}
+
+impl DomainTable {
+    /// Compiles `(type, pattern)` pairs; Substr/Domain/Full patterns are lower-cased, regexes
+    /// are kept as written (Xray lower-cases only the input). The error names the bad pattern.
+    pub fn build<'a>(
+        items: impl IntoIterator<Item = (DomainType, &'a str)>,
+    ) -> std::result::Result<DomainTable, String> {
+        let (mut full, mut suffix, mut substr, mut regexps) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (kind, v) in items {
+            match kind {
+                DomainType::Full => full.push(v.to_ascii_lowercase()),
+                DomainType::Domain => suffix.push(v.to_ascii_lowercase()),
+                DomainType::Substr => substr.push(regex::escape(&v.to_ascii_lowercase())),
+                DomainType::Regex => {
+                    Regex::new(v).map_err(|e| format!("invalid regexp {v:?}: {e}"))?;
+                    regexps.push(v.to_string());
+                }
+            }
+        }
+        let (n_sub, n_re) = (substr.len(), regexps.len());
+        let substr = if substr.is_empty() {
+            None
+        } else {
+            Some(Regex::new(&substr.join("|")).map_err(|e| format!("domain keywords: {e}"))?)
+        };
+        let regex = if regexps.is_empty() {
+            None
+        } else {
+            Some(RegexSet::new(&regexps).map_err(|e| format!("domain regexps: {e}"))?)
+        };
+        let full = StrSet::new(full.iter().map(|s| s.as_bytes()));
+        let suffix = StrSet::new(suffix.iter().map(|s| s.as_bytes()));
+        Ok(DomainTable {
+            count: full.len() + suffix.len() + n_sub + n_re,
+            full,
+            suffix,
+            substr,
+            regex,
+        })
+    }
+
+    /// Whether the lower-cased domain `d` meets a pattern.
+    pub fn matches_lower(&self, d: &str) -> bool {
+        if self.full.contains(d.as_bytes()) {
+            return true;
+        }
+        if !self.suffix.is_empty() {
+            let b = d.as_bytes();
+            if self.suffix.contains(b) {
+                return true;
+            }
+            for (i, &c) in b.iter().enumerate() {
+                if c == b'.' && self.suffix.contains(&b[i + 1..]) {
+                    return true;
+                }
+            }
+        }
+        if self.substr.as_ref().is_some_and(|r| r.is_match(d)) {
+            return true;
+        }
+        self.regex.as_ref().is_some_and(|r| r.is_match(d))
+    }
+
+    /// How many patterns it holds.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Heap bytes of the string sets (regexes not counted).
+    pub fn heap_bytes(&self) -> usize {
+        self.full.heap_bytes() + self.suffix.heap_bytes()
+    }
+}
+
+/// The domain list of one rule (or DNS server, or `domainsExcluded`): its own patterns plus the
+/// geosite tables it names.
+#[derive(Debug, Clone, Default)]
+pub struct DomainSet {
+    own: Arc<DomainTable>,
+    geo: Vec<Arc<DomainTable>>,
+}
+
+/// Splits `kind:value` when `kind` looks like a prefix (letters and dashes).
+fn split_kind(s: &str) -> (String, &str) {
+    match s.split_once(':') {
+        Some((k, v))
+            if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') =>
+        {
+            (k.to_ascii_lowercase(), v)
+        }
+        _ => (String::new(), s),
+    }
 }
 
 impl DomainSet {
-    /// Compiles the patterns of one rule; `path` names the list for errors.
+    /// Compiles the patterns of a routing rule (plain = substring); `path` names the list for
+    /// errors. Geosite files are looked up in the default asset locations.
     pub fn parse(items: &[String], path: &str) -> Result<DomainSet> {
-        let mut d = DomainSet::default();
-        let mut substr = Vec::new();
-        let mut regexps = Vec::new();
+        Self::parse_with(items, path, DomainType::Substr, &Assets::from_env())
+    }
+
+    /// Like [`DomainSet::parse`], with the type of a plain pattern (`Full` in DNS hosts) and
+    /// the asset locations given.
+    pub fn parse_with(
+        items: &[String],
+        path: &str,
+        plain: DomainType,
+        assets: &Assets,
+    ) -> Result<DomainSet> {
+        let mut own: Vec<(DomainType, String)> = Vec::new();
+        let mut geo = Vec::new();
         for (i, raw) in items.iter().enumerate() {
             let p = format!("{path}[{i}]");
             let s = raw.trim();
-            let (kind, val) = match s.split_once(':') {
-                Some((k, v))
-                    if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') =>
-                {
-                    (k.to_ascii_lowercase(), v)
-                }
-                _ => (String::new(), s),
-            };
+            let (kind, val) = split_kind(s);
             match kind.as_str() {
-                "" | "keyword" => {
-                    if val.is_empty() {
-                        return Err(ConfigError::new(p, "empty domain pattern"));
-                    }
-                    substr.push(regex::escape(&val.to_ascii_lowercase()));
-                }
-                "full" => {
-                    d.full.insert(val.to_ascii_lowercase());
-                }
+                "" => own.push((plain, val.to_string())),
+                "keyword" => own.push((DomainType::Substr, val.to_string())),
+                "full" => own.push((DomainType::Full, val.to_string())),
                 "domain" => {
-                    let v = val.trim_start_matches('.').to_ascii_lowercase();
+                    let v = val.trim_start_matches('.');
                     if v.is_empty() {
                         return Err(ConfigError::new(p, "empty domain pattern"));
                     }
-                    d.suffix.insert(v);
+                    own.push((DomainType::Domain, v.to_string()));
                 }
                 "regexp" => {
                     Regex::new(val).map_err(|e| {
                         ConfigError::new(p.clone(), format!("invalid regexp {val:?}: {e}"))
                     })?;
-                    regexps.push(val.to_string());
+                    own.push((DomainType::Regex, val.to_string()));
                 }
                 "dotless" => {
                     if val.contains('.') {
@@ -65,36 +167,28 @@ impl DomainSet {
                             "a dotless: pattern must not contain a dot",
                         ));
                     }
-                    regexps.push(format!(
-                        "^[^.]*{}[^.]*$",
-                        regex::escape(&val.to_ascii_lowercase())
+                    own.push((
+                        DomainType::Regex,
+                        format!("^[^.]*{}[^.]*$", regex::escape(&val.to_ascii_lowercase())),
                     ));
                 }
-                "geosite" | "ext" | "ext-domain" => {
-                    return Err(ConfigError::new(
-                        p,
-                        format!("{s:?}: geosite/geoip data files are not supported yet"),
-                    ))
+                "geosite" => geo.push(load(assets, geodata::GEOSITE, val, s, &p)?),
+                "ext" | "ext-domain" | "ext-site" => {
+                    let (file, code) = val.split_once(':').ok_or_else(|| {
+                        ConfigError::new(p.clone(), format!("{s:?}: expected ext:FILE:TAG"))
+                    })?;
+                    geo.push(load(assets, file, code, s, &p)?);
                 }
-                _ => {
-                    // Not a known prefix (e.g. "localhost:8080"-like text): a plain substring.
-                    substr.push(regex::escape(&s.to_ascii_lowercase()));
-                }
+                // Not a known prefix (e.g. "localhost:8080"-like text): the whole text, plain.
+                _ => own.push((plain, s.to_string())),
             }
         }
-        if !substr.is_empty() {
-            d.substr = Some(
-                Regex::new(&substr.join("|"))
-                    .map_err(|e| ConfigError::new(path, format!("domain keywords: {e}")))?,
-            );
-        }
-        if !regexps.is_empty() {
-            d.regex = Some(
-                RegexSet::new(&regexps)
-                    .map_err(|e| ConfigError::new(path, format!("domain regexps: {e}")))?,
-            );
-        }
-        Ok(d)
+        let own = DomainTable::build(own.iter().map(|(k, v)| (*k, v.as_str())))
+            .map_err(|e| ConfigError::new(path, e))?;
+        Ok(DomainSet {
+            own: Arc::new(own),
+            geo,
+        })
     }
 
     /// Whether `domain` (any case) meets one of the patterns.
@@ -105,33 +199,20 @@ impl DomainSet {
             Cow::Borrowed(domain)
         };
         let d = domain.as_ref();
-        if !self.full.is_empty() && self.full.contains(d) {
-            return true;
-        }
-        if !self.suffix.is_empty() {
-            let mut rest = d;
-            loop {
-                if self.suffix.contains(rest) {
-                    return true;
-                }
-                match rest.find('.') {
-                    Some(i) => rest = &rest[i + 1..],
-                    None => break,
-                }
-            }
-        }
-        if let Some(r) = &self.substr {
-            if r.is_match(d) {
-                return true;
-            }
-        }
-        if let Some(r) = &self.regex {
-            if r.is_match(d) {
-                return true;
-            }
-        }
-        false
+        self.own.matches_lower(d) || self.geo.iter().any(|t| t.matches_lower(d))
     }
+}
+
+/// Loads `file:code[@attr...]` as a shared table; errors name the item and the tag.
+fn load(
+    assets: &Assets,
+    file: &str,
+    code_attrs: &str,
+    item: &str,
+    path: &str,
+) -> Result<Arc<DomainTable>> {
+    geodata::geosite(assets, file, code_attrs)
+        .map_err(|e| ConfigError::new(path, format!("{item:?}: {e}")))
 }
 
 #[cfg(test)]

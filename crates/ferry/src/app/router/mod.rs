@@ -14,13 +14,17 @@ use crate::common::{Address, Network};
 use crate::config::reader::{self, ConfigError, Obj, Result};
 use crate::proxy::Session;
 
+pub mod balancer;
 mod cidr;
 mod domain;
+pub mod geodata;
 mod port;
 mod ranges;
+mod strset;
 
-pub use cidr::IpSet;
-pub use domain::DomainSet;
+pub use cidr::{IpRanges, IpSet};
+pub use domain::{DomainSet, DomainTable, DomainType};
+pub use geodata::Assets;
 pub use port::PortSet;
 
 /// `routing.domainStrategy`.
@@ -54,6 +58,10 @@ pub enum Cond {
     Domain(DomainSet),
     /// Destination IP; a domain destination meets it only once resolved.
     Ip(IpSet),
+    /// Sniffed protocol, by prefix (`http` meets `http1`).
+    Protocol(Vec<String>),
+    /// Sniffed HTTP attributes: every (lower-case key, regex) must meet its header.
+    Attrs(Vec<(String, regex::Regex)>),
 }
 
 impl Cond {
@@ -61,9 +69,9 @@ impl Cond {
     fn cost(&self) -> u8 {
         match self {
             Cond::Network(_) | Cond::Port(_) | Cond::SourcePort(_) | Cond::LocalPort(_) => 0,
-            Cond::InboundTag(_) | Cond::User(_) => 1,
+            Cond::InboundTag(_) | Cond::User(_) | Cond::Protocol(_) => 1,
             Cond::Source(_) | Cond::LocalIp(_) => 2,
-            Cond::Domain(_) => 3,
+            Cond::Domain(_) | Cond::Attrs(_) => 3,
             Cond::Ip(_) => 4,
         }
     }
@@ -78,11 +86,24 @@ impl Cond {
             Cond::User(u) => s.user.as_ref().is_some_and(|u2| u.contains(&*u2.email)),
             Cond::Source(set) => s.source.ip().is_some_and(|ip| set.contains(ip)),
             Cond::LocalIp(set) => s.local.ip().is_some_and(|ip| set.contains(ip)),
-            Cond::Domain(d) => s.dest.addr.domain().is_some_and(|x| d.matches(x)),
-            Cond::Ip(set) => match &s.dest.addr {
-                Address::Ip(ip) => set.contains(*ip),
-                Address::Domain(_) => ips.is_some_and(|v| v.iter().any(|ip| set.contains(*ip))),
+            Cond::Domain(d) => s.route_domain().is_some_and(|x| d.matches(x)),
+            // Resolved IPs when there are some; else the destination's own IP.
+            Cond::Ip(set) => match (ips, &s.dest.addr) {
+                (Some(v), _) if !v.is_empty() => v.iter().any(|ip| set.contains(*ip)),
+                (_, Address::Ip(ip)) => set.contains(*ip),
+                _ => false,
             },
+            Cond::Protocol(p) => s.sniffed.as_ref().is_some_and(|x| {
+                !x.protocol.is_empty() && p.iter().any(|p| x.protocol.starts_with(p.as_str()))
+            }),
+            Cond::Attrs(want) => s.sniffed.as_ref().is_some_and(|x| {
+                want.iter().all(|(k, re)| {
+                    x.attrs
+                        .iter()
+                        .find(|(hk, _)| hk == k)
+                        .is_some_and(|(_, v)| re.is_match(v))
+                })
+            }),
         }
     }
 }
@@ -90,7 +111,10 @@ impl Cond {
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub conds: Vec<Cond>,
+    /// The outbound tag (empty when the rule names a balancer).
     pub outbound: String,
+    /// `balancerTag`, when the rule names a balancer instead of an outbound.
+    pub balancer: Option<String>,
     pub tag: Option<String>,
     has_ip: bool,
 }
@@ -112,6 +136,7 @@ impl Rule {
         Rule {
             conds,
             outbound,
+            balancer: None,
             tag,
             has_ip,
         }
@@ -120,9 +145,14 @@ impl Rule {
     fn eval(&self, s: &Session, ips: Option<&[IpAddr]>) -> Eval {
         let mut need = false;
         for c in &self.conds {
-            if let (Cond::Ip(_), Address::Domain(_), None) = (c, &s.dest.addr, ips) {
-                need = true;
-                continue;
+            // A domain destination, or a route-only sniffed name, meets IP conditions once
+            // resolved (an IP destination also meets them by its own IP first).
+            if let (Cond::Ip(set), None) = (c, ips) {
+                let own = matches!(&s.dest.addr, Address::Ip(ip) if set.contains(*ip));
+                if !own && s.route_domain().is_some() {
+                    need = true;
+                    continue;
+                }
             }
             if !c.matches(s, ips) {
                 return Eval::NoMatch;
@@ -141,9 +171,18 @@ pub struct Router {
     pub rules: Vec<Rule>,
     pub strategy: DomainStrategy,
     has_ip_rules: bool,
+    /// The `dns` object's resolver (the system resolver without one).
+    pub dns: Option<std::sync::Arc<crate::app::dns::Dns>>,
+    /// `balancers`.
+    pub balancers: Vec<std::sync::Arc<balancer::Balancer>>,
+    /// `observatory` / `burstObservatory`, which the balancers read.
+    pub observatory: Option<std::sync::Arc<crate::app::observatory::Observatory>>,
 }
 
-async fn resolve(domain: &str, port: u16) -> Vec<IpAddr> {
+async fn resolve(dns: Option<&crate::app::dns::Dns>, domain: &str, port: u16) -> Vec<IpAddr> {
+    if let Some(d) = dns {
+        return d.lookup(domain).await;
+    }
     match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((domain, port))).await {
         Ok(Ok(it)) => it.map(|a| a.ip()).collect(),
         Ok(Err(e)) => {
@@ -161,8 +200,8 @@ impl Router {
     /// The first rule a session meets, or `None` for the default outbound. Awaits only when
     /// the domain strategy needs a domain destination resolved.
     pub async fn route(&self, s: &Session) -> Option<&Rule> {
-        let domain = match &s.dest.addr {
-            Address::Domain(d) if self.has_ip_rules && self.strategy != DomainStrategy::AsIs => d,
+        let domain = match s.route_domain() {
+            Some(d) if self.has_ip_rules && self.strategy != DomainStrategy::AsIs => d,
             _ => return self.route_sync(s, None),
         };
         let mut ips: Option<Vec<IpAddr>> = None;
@@ -171,7 +210,7 @@ impl Router {
                 Eval::Match => return Some(r),
                 Eval::NoMatch => {}
                 Eval::NeedIps if self.strategy == DomainStrategy::IpOnDemand => {
-                    let v = resolve(domain, s.dest.port).await;
+                    let v = resolve(self.dns.as_deref(), domain, s.dest.port).await;
                     let hit = r.eval(s, Some(&v)) == Eval::Match;
                     ips = Some(v);
                     if hit {
@@ -182,7 +221,7 @@ impl Router {
             }
         }
         if self.strategy == DomainStrategy::IpIfNonMatch {
-            let v = resolve(domain, s.dest.port).await;
+            let v = resolve(self.dns.as_deref(), domain, s.dest.port).await;
             if !v.is_empty() {
                 return self.route_sync(s, Some(&v));
             }
@@ -201,10 +240,62 @@ impl Router {
             rules,
             strategy,
             has_ip_rules,
+            dns: None,
+            balancers: Vec::new(),
+            observatory: None,
         }
     }
 
+    /// The balancer tagged `tag`.
+    pub fn balancer(&self, tag: &str) -> Option<&balancer::Balancer> {
+        self.balancers.iter().find(|b| b.tag == tag).map(|b| &**b)
+    }
+
+    /// Keeps the balancers and observatory of `old` (rules changed through the API).
+    pub fn keep_balancers(mut self, old: &Router) -> Router {
+        self.balancers = old.balancers.clone();
+        self.observatory = old.observatory.clone();
+        self
+    }
+
+    /// Attaches the observatory; a balancer that needs one without it is an error.
+    pub fn with_observatory(
+        mut self,
+        obs: Option<std::sync::Arc<crate::app::observatory::Observatory>>,
+    ) -> Result<Router> {
+        if obs.is_none() {
+            if let Some((i, b)) = self
+                .balancers
+                .iter()
+                .enumerate()
+                .find(|(_, b)| b.needs_observatory())
+            {
+                return Err(ConfigError::new(
+                    format!("routing.balancers[{i}]"),
+                    format!(
+                        "balancer {:?} needs an observatory or burstObservatory (its strategy or fallbackTag reads probe results)",
+                        b.tag
+                    ),
+                ));
+            }
+        }
+        self.observatory = obs;
+        Ok(self)
+    }
+
+    /// The same router resolving through `dns`.
+    pub fn with_dns(mut self, dns: Option<std::sync::Arc<crate::app::dns::Dns>>) -> Router {
+        self.dns = dns;
+        self
+    }
+
+    /// Reads `routing`, finding geodata files in the default asset locations.
     pub fn parse(o: &Obj<'_>) -> Result<Router> {
+        Self::parse_with(o, &Assets::from_env())
+    }
+
+    /// Reads `routing` with geodata files looked up in `assets`.
+    pub fn parse_with(o: &Obj<'_>, assets: &Assets) -> Result<Router> {
         let strategy = match o.str("domainStrategy")? {
             None => DomainStrategy::AsIs,
             Some(s) => match s.to_ascii_lowercase().replace(['_', '-'], "").as_str() {
@@ -224,20 +315,38 @@ impl Router {
         o.ignore(&["domainMatcher"]);
         let mut rules = Vec::new();
         for r in o.objs(&["rules"])? {
-            rules.push(parse_rule(&r)?);
+            rules.push(parse_rule(&r, assets)?);
             r.finish();
         }
-        if o.has("balancers") {
-            return Err(ConfigError::new(
-                o.key_path("balancers"),
-                "balancers are not supported yet",
-            ));
+        let mut balancers: Vec<std::sync::Arc<balancer::Balancer>> = Vec::new();
+        for b in o.objs(&["balancers"])? {
+            let bal = balancer::Balancer::parse(&b)?;
+            if balancers.iter().any(|x| x.tag == bal.tag) {
+                return Err(ConfigError::new(
+                    b.key_path("tag"),
+                    format!("duplicate balancer tag {:?}", bal.tag),
+                ));
+            }
+            balancers.push(std::sync::Arc::new(bal));
+            b.finish();
         }
-        Ok(Router::new(rules, strategy))
+        for (i, r) in rules.iter().enumerate() {
+            if let Some(t) = &r.balancer {
+                if !balancers.iter().any(|b| &b.tag == t) {
+                    return Err(ConfigError::new(
+                        format!("{}.rules[{i}].balancerTag", o.path()),
+                        format!("no balancer is tagged {t:?}"),
+                    ));
+                }
+            }
+        }
+        let mut r = Router::new(rules, strategy);
+        r.balancers = balancers;
+        Ok(r)
     }
 }
 
-fn parse_rule(r: &Obj<'_>) -> Result<Rule> {
+fn parse_rule(r: &Obj<'_>, assets: &Assets) -> Result<Rule> {
     r.ignore(&["type", "domainMatcher"]);
     let mut conds = Vec::new();
     if let Some(t) = r.str_list("inboundTag")? {
@@ -256,19 +365,24 @@ fn parse_rule(r: &Obj<'_>) -> Result<Rule> {
     }
     if let Some((p, v)) = r.get_alias(&["domain", "domains"]) {
         let list = reader::as_str_list(v, &p)?;
-        conds.push(Cond::Domain(DomainSet::parse(&list, &p)?));
+        conds.push(Cond::Domain(DomainSet::parse_with(
+            &list,
+            &p,
+            DomainType::Substr,
+            assets,
+        )?));
     }
     if let Some((p, v)) = r.get("ip") {
         let list = reader::as_str_list(v, &p)?;
-        conds.push(Cond::Ip(IpSet::parse(&list, &p)?));
+        conds.push(Cond::Ip(IpSet::parse_with(&list, &p, assets)?));
     }
     if let Some((p, v)) = r.get_alias(&["source", "sourceIP"]) {
         let list = reader::as_str_list(v, &p)?;
-        conds.push(Cond::Source(IpSet::parse(&list, &p)?));
+        conds.push(Cond::Source(IpSet::parse_with(&list, &p, assets)?));
     }
     if let Some((p, v)) = r.get("localIP") {
         let list = reader::as_str_list(v, &p)?;
-        conds.push(Cond::LocalIp(IpSet::parse(&list, &p)?));
+        conds.push(Cond::LocalIp(IpSet::parse_with(&list, &p, assets)?));
     }
     if let Some((p, v)) = r.get("port") {
         conds.push(Cond::Port(PortSet::parse(v, &p)?));
@@ -283,13 +397,26 @@ fn parse_rule(r: &Obj<'_>) -> Result<Rule> {
         let list = reader::as_str_list(v, &p)?;
         conds.push(Cond::User(list.into_iter().collect()));
     }
-    if r.has("protocol") {
-        return Err(ConfigError::new(
-            r.key_path("protocol"),
-            "sniffing is not supported yet",
-        ));
+    if let Some(p) = r.str_list("protocol")? {
+        conds.push(Cond::Protocol(p));
     }
-    for k in ["attrs", "vlessRoute", "process"] {
+    if let Some(a) = r.obj("attrs")? {
+        let mut want = Vec::new();
+        for (k, v) in a.value().as_object().into_iter().flatten() {
+            let p = a.key_path(k);
+            let re = v
+                .as_str()
+                .ok_or_else(|| ConfigError::new(p.clone(), "expected a regular expression"))?;
+            let re = regex::Regex::new(re)
+                .map_err(|e| ConfigError::new(p.clone(), format!("invalid regexp: {e}")))?;
+            want.push((k.to_ascii_lowercase(), re));
+            a.ignore(&[k]);
+        }
+        if !want.is_empty() {
+            conds.push(Cond::Attrs(want));
+        }
+    }
+    for k in ["vlessRoute", "process"] {
         if r.has(k) {
             return Err(ConfigError::new(
                 r.key_path(k),
@@ -297,15 +424,16 @@ fn parse_rule(r: &Obj<'_>) -> Result<Rule> {
             ));
         }
     }
-    let outbound = match r.str("outboundTag")? {
-        Some(t) => t,
-        None if r.has("balancerTag") => {
+    // `outboundTag` wins over `balancerTag`, as in Xray.
+    let (outbound, balancer) = match (r.str("outboundTag")?, r.str("balancerTag")?) {
+        (Some(t), _) if !t.is_empty() => (t, None),
+        (_, Some(b)) if !b.is_empty() => (String::new(), Some(b)),
+        _ => {
             return Err(ConfigError::new(
-                r.key_path("balancerTag"),
-                "balancers are not supported yet",
+                r.path(),
+                "a rule needs an outboundTag or a balancerTag",
             ))
         }
-        None => return Err(ConfigError::new(r.path(), "a rule needs an outboundTag")),
     };
     let tag = r.str("ruleTag")?;
     if conds.is_empty() {
@@ -315,7 +443,9 @@ fn parse_rule(r: &Obj<'_>) -> Result<Rule> {
             "this rule has no effective fields",
         ));
     }
-    Ok(Rule::new(conds, outbound, tag))
+    let mut rule = Rule::new(conds, outbound, tag);
+    rule.balancer = balancer;
+    Ok(rule)
 }
 
 #[cfg(test)]
@@ -335,6 +465,7 @@ mod tests {
             network: Network::Tcp,
             user: None,
             protocol: "test",
+            sniffed: None,
         }
     }
 
@@ -353,29 +484,57 @@ mod tests {
     }
 
     #[test]
-    fn geo_files_are_an_error_naming_the_path() {
-        let e = router(
-            json!({"rules": [{"domain": ["full:a.com", "geosite:cn"], "outboundTag": "x"}]}),
-        )
-        .unwrap_err();
-        assert_eq!(e.path, "routing.rules[0].domain[1]");
-        assert!(
-            e.msg
-                .contains("geosite/geoip data files are not supported yet"),
-            "{e}"
-        );
+    fn missing_geo_files_are_an_error_naming_the_path() {
+        let empty = std::env::temp_dir().join(format!("ferry-nogeo-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let assets = Assets::only(&empty);
+        let parse = |v: Value| {
+            let d = Diagnostics::default();
+            let o = Obj::new(&v, "routing", &d)?;
+            Router::parse_with(&o, &assets)
+        };
         let e =
-            router(json!({"rules": [{"ip": ["geoip:private"], "outboundTag": "x"}]})).unwrap_err();
+            parse(json!({"rules": [{"domain": ["full:a.com", "geosite:cn"], "outboundTag": "x"}]}))
+                .unwrap_err();
+        assert_eq!(e.path, "routing.rules[0].domain[1]");
+        assert!(e.msg.contains("geosite.dat"), "{e}");
+        let e =
+            parse(json!({"rules": [{"ip": ["geoip:private"], "outboundTag": "x"}]})).unwrap_err();
         assert_eq!(e.path, "routing.rules[0].ip[0]");
-        let e = router(json!({"rules": [{"domains": ["ext:h2y.dat:ads"], "outboundTag": "x"}]}))
+        let e = parse(json!({"rules": [{"domains": ["ext:h2y.dat:ads"], "outboundTag": "x"}]}))
             .unwrap_err();
         assert_eq!(e.path, "routing.rules[0].domains[0]");
-        let e = router(json!({"rules": [{"protocol": ["bittorrent"], "outboundTag": "x"}]}))
-            .unwrap_err();
+        assert!(e.msg.contains("h2y.dat"), "{e}");
+    }
+
+    #[test]
+    fn geo_rules_route() {
+        let dir = geodata::tests::fixture();
+        let d = Diagnostics::default();
+        let v = json!({"rules": [
+            {"ip": ["geoip:private"], "outboundTag": "private"},
+            {"domain": ["geosite:google@ads"], "outboundTag": "ads"},
+            {"domain": ["geosite:google", "geosite:cn"], "outboundTag": "site"},
+            {"ip": ["geoip:!cn"], "outboundTag": "notcn"},
+            {"source": ["ext:ext/custom.dat:office"], "outboundTag": "office"}
+        ]});
+        let o = Obj::new(&v, "routing", &d).unwrap();
+        let r = Router::parse_with(&o, &Assets::only(&dir)).unwrap();
+        assert_eq!(route(&r, &sess("10.0.0.1:80")).as_deref(), Some("private"));
         assert_eq!(
-            e.to_string(),
-            "routing.rules[0].protocol: sniffing is not supported yet"
+            route(&r, &sess("ads.google.com:80")).as_deref(),
+            Some("ads")
         );
+        assert_eq!(
+            route(&r, &sess("www.google.com:80")).as_deref(),
+            Some("site")
+        );
+        assert_eq!(route(&r, &sess("x.cn:80")).as_deref(), Some("site"));
+        assert_eq!(route(&r, &sess("9.9.9.9:80")).as_deref(), Some("notcn"));
+        assert_eq!(route(&r, &sess("1.0.1.1:80")), None);
+        let mut s = sess("1.0.1.1:80");
+        s.source = "172.16.0.9:1".parse::<SocketAddr>().unwrap().into();
+        assert_eq!(route(&r, &s).as_deref(), Some("office"));
     }
 
     #[test]
