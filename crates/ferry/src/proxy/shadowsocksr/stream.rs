@@ -1,0 +1,311 @@
+//! The SSR TCP stream: the three codecs composed in wire order (§1.1).
+//!
+//! Send: protocol encode → stream cipher (IV in front of the first bytes) → obfs encode.
+//! Receive: obfs decode → stream cipher (keyed once the peer's IV is in) → protocol decode.
+//! What a codec asks to send back (the TLS flight and Finished, random_head's answer, the
+//! server's empty protocol packet) is queued with the writes and flushed from either direction.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+use super::cipher::{Crypt, Method};
+use super::obfs::Obfs;
+use super::protocol::Protocol;
+use super::util::{Error, Result};
+use crate::proxy::shadowsocks::conn::FIRST_PAYLOAD_WAIT;
+use crate::transport::{BoxStream, Stream};
+
+/// Plaintext taken per write at most (SSR's own buffer size).
+const WRITE_MAX: usize = 32 * 1024;
+/// Raw bytes read per read call.
+const READ_SIZE: usize = 64 * 1024;
+
+pub struct SsrStream {
+    inner: BoxStream,
+    server: bool,
+    obfs: Obfs,
+    proto: Protocol,
+    method: Method,
+    key: Arc<[u8]>,
+    enc: Crypt,
+    /// This side's IV until it has gone out in front of the first ciphertext.
+    send_iv: Option<Vec<u8>>,
+    dec: Option<Crypt>,
+    /// The peer's IV as it arrives.
+    recv_iv: Vec<u8>,
+    /// Plaintext for the reader.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    /// Wire bytes not yet written.
+    wbuf: Vec<u8>,
+    wpos: usize,
+    raw: Vec<u8>,
+    eof: bool,
+    /// Client: the request address, sent with the first payload.
+    request: Option<Vec<u8>>,
+    wait: Option<Pin<Box<Sleep>>>,
+}
+
+/// The pieces of one connection.
+pub struct Parts {
+    pub obfs: Obfs,
+    pub proto: Protocol,
+    pub method: Method,
+    pub key: Arc<[u8]>,
+    /// This side's send IV (what the protocol's `Info::iv` was built with).
+    pub iv: Vec<u8>,
+}
+
+impl SsrStream {
+    fn new(inner: BoxStream, server: bool, p: Parts, request: Option<Vec<u8>>) -> Option<Self> {
+        let enc = Crypt::new(p.method, &p.key, &p.iv, true)?;
+        Some(SsrStream {
+            inner,
+            server,
+            obfs: p.obfs,
+            proto: p.proto,
+            method: p.method,
+            key: p.key,
+            enc,
+            send_iv: Some(p.iv),
+            dec: None,
+            recv_iv: Vec::new(),
+            rbuf: Vec::new(),
+            rpos: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            raw: Vec::new(),
+            eof: false,
+            request,
+            wait: None,
+        })
+    }
+
+    /// A client asking for the target whose SOCKS-form address is `request`.
+    pub fn client(inner: BoxStream, p: Parts, request: Vec<u8>) -> io::Result<Self> {
+        Self::new(inner, false, p, Some(request)).ok_or_else(|| io::Error::other("bad key"))
+    }
+
+    /// A server; its reader yields the request (address first).
+    pub fn server(inner: BoxStream, p: Parts) -> io::Result<Self> {
+        Self::new(inner, true, p, None).ok_or_else(|| io::Error::other("bad key"))
+    }
+
+    /// The socket underneath (a failed handshake is drained on it).
+    pub fn into_inner(self) -> BoxStream {
+        self.inner
+    }
+
+    /// The protocol codec (the server reads the user it authenticated).
+    pub fn protocol(&self) -> &Protocol {
+        &self.proto
+    }
+
+    /// Plaintext decoded but not read yet goes back in front (the address reader over-read).
+    pub fn unread(&mut self, data: &[u8]) {
+        let mut v = data.to_vec();
+        v.extend_from_slice(&self.rbuf[self.rpos..]);
+        self.rbuf = v;
+        self.rpos = 0;
+    }
+
+    /// Encodes `data` (may be empty: the protocol's empty packet) onto the write queue.
+    fn encode(&mut self, data: &[u8]) {
+        let mut p = Vec::with_capacity(data.len() + 256);
+        if self.server {
+            self.proto.server_encode(data, &mut p);
+        } else {
+            self.proto.client_encode(data, &mut p);
+        }
+        if p.is_empty() {
+            return;
+        }
+        let mut c = match self.send_iv.take() {
+            Some(iv) => {
+                let mut c = iv;
+                c.reserve(p.len());
+                c
+            }
+            None => Vec::with_capacity(p.len()),
+        };
+        let s = c.len();
+        c.extend_from_slice(&p);
+        self.enc.apply(&mut c[s..]);
+        self.obfs_encode(&c);
+    }
+
+    fn obfs_encode(&mut self, c: &[u8]) {
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+        }
+        if self.server {
+            self.obfs.server_encode(c, &mut self.wbuf);
+        } else {
+            self.obfs.client_encode(c, &mut self.wbuf);
+        }
+    }
+
+    /// Runs received wire bytes through the codecs.
+    fn decode(&mut self, raw: &[u8]) -> Result<()> {
+        let mut o = Vec::with_capacity(raw.len());
+        let sendback = if self.server {
+            self.obfs.server_decode(raw, &mut o)?
+        } else {
+            self.obfs.client_decode(raw, &mut o)?
+        };
+        if sendback {
+            self.obfs_encode(&[]);
+        }
+        if o.is_empty() {
+            return Ok(());
+        }
+        if self.dec.is_none() {
+            let il = self.method.iv_len();
+            self.recv_iv.extend_from_slice(&o);
+            if self.recv_iv.len() <= il {
+                return Ok(());
+            }
+            o = self.recv_iv.split_off(il);
+            self.dec =
+                Some(Crypt::new(self.method, &self.key, &self.recv_iv, false).ok_or(Error::Auth)?);
+            self.proto.set_recv_iv(&self.recv_iv);
+        }
+        if let Some(d) = self.dec.as_mut() {
+            d.apply(&mut o);
+        }
+        if self.rpos == self.rbuf.len() {
+            self.rbuf.clear();
+            self.rpos = 0;
+        }
+        if self.server {
+            if self.proto.server_decode(&o, &mut self.rbuf)? {
+                self.encode(&[]);
+            }
+        } else {
+            self.proto.client_decode(&o, &mut self.rbuf)?;
+        }
+        Ok(())
+    }
+
+    /// Writes queued wire bytes.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.wpos < self.wbuf.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.wbuf[self.wpos..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.wpos += n;
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for SsrStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        loop {
+            if me.wpos < me.wbuf.len() {
+                // Sendbacks go out while the reader waits; a full socket just waits too.
+                if let Poll::Ready(Err(e)) = me.poll_drain(cx) {
+                    return Poll::Ready(Err(e));
+                }
+            }
+            if me.rpos < me.rbuf.len() {
+                let n = buf.remaining().min(me.rbuf.len() - me.rpos);
+                buf.put_slice(&me.rbuf[me.rpos..me.rpos + n]);
+                me.rpos += n;
+                return Poll::Ready(Ok(()));
+            }
+            if me.eof {
+                return Poll::Ready(Ok(()));
+            }
+            if me.request.is_some() {
+                // A client that reads before writing: the request leaves alone after a while.
+                let w = me
+                    .wait
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_PAYLOAD_WAIT)));
+                if w.as_mut().poll(cx).is_ready() {
+                    if let Some(r) = me.request.take() {
+                        me.encode(&r);
+                    }
+                    continue;
+                }
+            }
+            if me.raw.len() < READ_SIZE {
+                me.raw.resize(READ_SIZE, 0);
+            }
+            let mut raw = std::mem::take(&mut me.raw);
+            let mut rb = ReadBuf::new(&mut raw);
+            let r = Pin::new(&mut me.inner).poll_read(cx, &mut rb);
+            let n = rb.filled().len();
+            let res = match r {
+                Poll::Pending => {
+                    me.raw = raw;
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => Err(e),
+                Poll::Ready(Ok(())) if n == 0 => {
+                    me.eof = true;
+                    Ok(())
+                }
+                Poll::Ready(Ok(())) => me.decode(&raw[..n]).map_err(io::Error::from),
+            };
+            me.raw = raw;
+            res?;
+        }
+    }
+}
+
+use std::future::Future;
+
+impl AsyncWrite for SsrStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        ready!(me.poll_drain(cx))?;
+        let n = data.len().min(WRITE_MAX);
+        match me.request.take() {
+            Some(mut r) => {
+                r.extend_from_slice(&data[..n]);
+                me.encode(&r);
+            }
+            None => me.encode(&data[..n]),
+        }
+        if let Poll::Ready(Err(e)) = me.poll_drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        ready!(me.poll_drain(cx))?;
+        Pin::new(&mut me.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if let Some(r) = me.request.take() {
+            me.encode(&r);
+        }
+        ready!(me.poll_drain(cx))?;
+        Pin::new(&mut me.inner).poll_shutdown(cx)
+    }
+}
+
+impl Stream for SsrStream {}
