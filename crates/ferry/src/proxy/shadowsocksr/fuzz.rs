@@ -43,11 +43,45 @@ fn server(kind: Kind, users: bool) -> Protocol {
     p
 }
 
-/// One protocol plugin's server decoder (the kind chosen by the first byte) and its client
-/// decoder on the same bytes.
+/// verify_deflate's decoder.
+pub fn verify_deflate(data: &[u8]) {
+    protocol_of(&[Kind::VerifyDeflate], data)
+}
+
+/// auth_sha1_v4's decoders.
+pub fn auth_sha1_v4(data: &[u8]) {
+    protocol_of(&[Kind::AuthSha1V4], data)
+}
+
+/// auth_aes128_md5's and auth_aes128_sha1's decoders (TCP and UDP).
+pub fn auth_aes128(data: &[u8]) {
+    protocol_of(&[Kind::AuthAes128Md5, Kind::AuthAes128Sha1], data)
+}
+
+/// auth_chain_a … _e decoders (TCP and UDP).
+pub fn auth_chain(data: &[u8]) {
+    protocol_of(
+        &[
+            Kind::AuthChainA,
+            Kind::AuthChainB,
+            Kind::AuthChainC,
+            Kind::AuthChainD,
+            Kind::AuthChainE,
+        ],
+        data,
+    )
+}
+
+/// Every protocol plugin (the kind chosen by the first byte).
 pub fn protocol(data: &[u8]) {
+    protocol_of(Kind::ALL, data)
+}
+
+/// One protocol plugin's server decoder (of `kinds`, chosen by the first byte) and its client
+/// decoder on the same bytes, and the UDP decoders.
+fn protocol_of(kinds: &[Kind], data: &[u8]) {
     let (b, step, rest) = pieces(data);
-    let kind = Kind::ALL[b as usize % Kind::ALL.len()];
+    let kind = kinds[b as usize % kinds.len()];
     let mut s = server(kind, b & 0x80 != 0);
     let mut out = Vec::new();
     for c in rest.chunks(step) {
