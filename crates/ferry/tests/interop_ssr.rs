@@ -126,6 +126,11 @@ fn ssr_settings((proto, obfs, method): (&str, &str, &str), extra: &str) -> Strin
 /// One Ferry process serving SSR on each `(port, settings)`, with per-user stats on /debug/vars
 /// at `metrics`.
 fn ferry_servers(inbounds: &[(u16, String)], metrics: u16) -> Proc {
+    ferry_servers_api(inbounds, metrics, None)
+}
+
+/// [`ferry_servers`] with Xray's API (HandlerService) on `api`.
+fn ferry_servers_api(inbounds: &[(u16, String)], metrics: u16, api: Option<u16>) -> Proc {
     let ibs: Vec<String> = inbounds
         .iter()
         .enumerate()
@@ -135,8 +140,11 @@ fn ferry_servers(inbounds: &[(u16, String)], metrics: u16) -> Proc {
             )
         })
         .collect();
+    let api = api.map_or(String::new(), |p| {
+        format!(r#""api":{{"tag":"api","listen":"127.0.0.1:{p}","services":["HandlerService"]}},"#)
+    });
     let cfg = format!(
-        r#"{{"log":{{"loglevel":"info"}},"stats":{{}},
+        r#"{{"log":{{"loglevel":"info"}},"stats":{{}},{api}
         "metrics":{{"tag":"metrics","listen":"127.0.0.1:{metrics}"}},
         "policy":{{"levels":{{"0":{{"statsUserUplink":true,"statsUserDownlink":true}}}}}},
         "inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
@@ -453,21 +461,24 @@ fn user_counters(metrics: u16, email: &str) -> (u64, u64) {
 }
 
 /// Two users by uid on one auth_* port, each client its own peer: the counters of each user
-/// are exactly what that user moved; a uid the server does not have is refused.
+/// are exactly what that user moved; a uid the server does not have is refused, and so is a
+/// user removed through the API while the other keeps working.
 #[test]
-fn multi_user_counters_and_unknown_user() {
+fn multi_user_counters_unknown_and_removed_users() {
     let tcp = echo_server();
     let metrics = free_port();
     let users = r#","users":[{"uid":1024,"password":"userpass","email":"alice@x"},{"uid":1025,"password":"otherpass","email":"bob@x"}]"#;
     let (p_chain, p_aes) = (free_port(), free_port());
     let chain = ("auth_chain_a", "tls1.2_ticket_auth", "chacha20-ietf");
     let aes = ("auth_aes128_sha1", "http_simple", "aes-256-cfb");
-    let server = ferry_servers(
+    let api = free_port();
+    let server = ferry_servers_api(
         &[
             (p_chain, ssr_settings(chain, users)),
             (p_aes, ssr_settings(aes, users)),
         ],
         metrics,
+        Some(api),
     );
     let (l_alice, l_bob, l_eve) = (free_port(), free_port(), free_port());
     let alice = py_local(l_alice, p_chain, chain, "1024:userpass");
@@ -518,4 +529,78 @@ fn multi_user_counters_and_unknown_user() {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(eve);
+    // Alice removed through Xray's API: her next connection is refused like an unknown uid.
+    let o = std::process::Command::new(peer("xray"))
+        .args([
+            "api",
+            "rmu",
+            &format!("--server=127.0.0.1:{api}"),
+            "-tag",
+            "ssr0",
+            "alice@x",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Removed 1 user(s)"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut s = socks5(l_alice, tcp);
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _ = s.write_all(b"hello again");
+    let r = s.read(&mut buf);
+    assert!(!matches!(r, Ok(n) if n > 0), "a removed user got data back");
+    // Bob, on the other port, still works.
+    check(
+        "bob after",
+        &echo(socks5(m_bob, tcp), &b),
+        &b,
+        &[&server, &m],
+    );
+}
+
+/// The examples are valid configs; `ferry link` turns an `ssr://` link into an outbound and
+/// prints the links of an SSR inbound's users, which decode back to the same settings.
+#[test]
+fn examples_and_links_through_the_cli() {
+    let bin = env!("CARGO_BIN_EXE_ferry");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin).args(args).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "{args:?}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    for name in ["shadowsocksr-server.json", "shadowsocksr-client.json"] {
+        let p = root.join(name);
+        assert!(run(&["test", "-c", p.to_str().unwrap()]).contains("Configuration OK"));
+    }
+    let server = root.join("shadowsocksr-server.json");
+    let out = run(&[
+        "link",
+        "-c",
+        server.to_str().unwrap(),
+        "--host",
+        "ssr.example.com",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    let (who, link) = lines[0].split_once('\t').unwrap();
+    assert_eq!(who, "alice@example.com");
+    let outbound: serde_json::Value = serde_json::from_str(&run(&["link", link])).unwrap();
+    assert_eq!(outbound["protocol"], "shadowsocksr");
+    let s = &outbound["settings"]["servers"][0];
+    assert_eq!(s["address"], "ssr.example.com");
+    assert_eq!(s["port"], 8388);
+    assert_eq!(s["protocol"], "auth_chain_a");
+    assert_eq!(s["protocolParam"], "1024:alice-pass");
+    assert_eq!(s["obfs"], "tls1.2_ticket_auth");
+    assert_eq!(s["password"], "server-password");
+    assert_eq!(outbound["tag"], "alice@example.com");
 }
