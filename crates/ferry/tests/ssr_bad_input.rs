@@ -356,3 +356,69 @@ fn tls_ticket_auth_hellos() {
         assert!(out.contains(r), "no {r} rejection logged\n{out}");
     }
 }
+
+/// With `redirect`, a failed handshake goes to the decoy with every byte the client sent, and
+/// the prober reads the decoy's own answer; the real client is still served.
+#[test]
+fn redirect_hands_failures_to_the_decoy() {
+    let decoy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dport = decoy.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for c in decoy.incoming() {
+            let Ok(mut c) = c else { continue };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                c.set_read_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ =
+                    c.write_all(b"HTTP/1.0 200 OK\r\nServer: decoy\r\n\r\nhello from the decoy");
+                let _ = tx.send(got);
+            });
+        }
+    });
+    let port = free_port();
+    let extra = format!(r#","redirect":"127.0.0.1:{dport}"}}"#);
+    let s = settings("auth_aes128_md5", "http_simple", "aes-256-cfb", PW);
+    let f = ferry_server(port, &format!("{}{extra}", &s[..s.len() - 1]));
+    // A browser's GET, in two pieces: the decoy gets both.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"GET /index.html HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    c.write_all(b"Host: example.com\r\n\r\n").unwrap();
+    let mut resp = Vec::new();
+    let _ = c.read_to_end(&mut resp);
+    assert!(
+        resp.starts_with(b"HTTP/1.0 200 OK\r\nServer: decoy"),
+        "{:?}\n{}",
+        String::from_utf8_lossy(&resp),
+        f.output()
+    );
+    let got = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        got,
+        b"GET /index.html HTTP/1.1\r\nHost: example.com\r\n\r\n"
+    );
+    assert!(f.output().contains("redirect decoy"), "{}", f.output());
+    // The real client is served as before.
+    let echo = echo_server();
+    let local = free_port();
+    let _c = py_local(
+        local,
+        port,
+        "auth_aes128_md5",
+        "http_simple",
+        "aes-256-cfb",
+        PW,
+    );
+    drop(through_client(local, echo, &pattern(5000, 3), true));
+}

@@ -6,7 +6,9 @@
 //! Ferry never answers a failed handshake and never closes early: whatever fails (obfs, first
 //! packet, MAC, replay, time window, address, a truncated frame, the handshake timeout), the raw
 //! socket is read and discarded until the client closes or the level's `connIdle` passes, as its
-//! Shadowsocks server does. Each rejection is logged at info and counted by reason.
+//! Shadowsocks server does; or, with `redirect` set, the connection goes to that decoy with
+//! every byte the client sent (the reference forwards only its last read). Each rejection is
+//! logged at info and counted by reason.
 
 use std::io;
 use std::net::SocketAddr;
@@ -105,6 +107,9 @@ impl Inbound {
             .conn_idle
             .max(Duration::from_secs(1));
         let mut s = SsrStream::server(stream, self.parts())?;
+        if self.cfg.redirect.is_some() {
+            s.start_recording();
+        }
         let res = tokio::time::timeout(limit, read_address(&mut s)).await;
         let (reason, detail) = match res {
             Ok(Ok(dest)) => {
@@ -113,6 +118,7 @@ impl Inbound {
                     .user()
                     .map(|u| u.user.clone())
                     .unwrap_or_else(|| self.shared.default_user.clone());
+                s.stop_recording();
                 let mut session = ctx.session(dest, Network::Tcp, "shadowsocksr");
                 session.user = Some(user).filter(|u| !u.email.is_empty() || u.level != 0);
                 return Ok(Accepted::Stream(session, Box::new(s)));
@@ -126,8 +132,19 @@ impl Inbound {
             },
             Err(_) => ("timeout", "handshake timed out".into()),
         };
+        let (mut raw, seen) = s.into_recorded();
+        if let (Some(fb), Some(seen)) = (&self.cfg.redirect, seen) {
+            // The decoy gets every byte the client sent, and answers in its own name.
+            ctx.reject(
+                "shadowsocksr",
+                reason,
+                &format_args!("{detail}; to the redirect decoy {}", fb.dest),
+            );
+            let stream: BoxStream = Box::new(crate::transport::Prefixed::new(seen.into(), raw));
+            return Ok(Accepted::Fallback(stream, fb.clone()));
+        }
         ctx.reject("shadowsocksr", reason, &format_args!("{detail}; draining"));
-        drain(&mut s.into_inner(), idle).await;
+        drain(&mut raw, idle).await;
         Ok(Accepted::Done)
     }
 }

@@ -140,6 +140,32 @@ pub struct ServerConfig {
     pub networks: Vec<Network>,
     /// The user of a single-user server (its `email`, if any).
     pub user: User,
+    /// `redirect`: the decoy a failed handshake is handed to (with every byte it sent).
+    pub redirect: Option<std::sync::Arc<crate::proxy::fallback::Fallback>>,
+}
+
+/// `redirect`: `"host:port"` (port 80 by default), or the Python server's list, whose first
+/// plain entry is taken (its `regex#dest` entries are refused).
+fn read_redirect(o: &Obj<'_>) -> Result<Option<std::sync::Arc<crate::proxy::fallback::Fallback>>> {
+    let list = o.str_list("redirect")?.unwrap_or_default();
+    let Some(first) = list.iter().find(|s| !s.trim().is_empty()) else {
+        return Ok(None);
+    };
+    if first.contains('#') {
+        return Err(ConfigError::new(
+            o.key_path("redirect"),
+            "pattern entries (regex#host:port) are not supported: give host:port",
+        ));
+    }
+    let t = first.trim();
+    let dest = Destination::parse(t)
+        .or_else(|| Destination::parse(&format!("{t}:80")))
+        .ok_or_else(|| {
+            ConfigError::new(o.key_path("redirect"), format!("{t:?} is not host:port"))
+        })?;
+    Ok(Some(std::sync::Arc::new(
+        crate::proxy::fallback::Fallback { dest, xver: 0 },
+    )))
 }
 
 fn read_user(c: &Obj<'_>) -> Result<protocol::SsrUser> {
@@ -228,8 +254,9 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
             format!("{} has no UDP form", common.protocol.name()),
         ));
     }
-    o.ignore(&["udp", "timeout", "redirect"]);
+    o.ignore(&["udp", "timeout"]);
     Ok(ServerConfig {
+        redirect: read_redirect(o)?,
         common,
         users,
         networks,

@@ -49,7 +49,12 @@ pub struct SsrStream {
     /// Client: the request address, sent with the first payload.
     request: Option<Vec<u8>>,
     wait: Option<Pin<Box<Sleep>>>,
+    /// Server with a decoy: every raw byte read so far, until the handshake is over.
+    record: Option<Vec<u8>>,
 }
+
+/// Raw bytes a server keeps for its decoy at most (an HTTP disguise may be 64 KiB).
+const RECORD_MAX: usize = 80 * 1024;
 
 /// The pieces of one connection.
 pub struct Parts {
@@ -83,6 +88,7 @@ impl SsrStream {
             eof: false,
             request,
             wait: None,
+            record: None,
         })
     }
 
@@ -99,6 +105,22 @@ impl SsrStream {
     /// The socket underneath (a failed handshake is drained on it).
     pub fn into_inner(self) -> BoxStream {
         self.inner
+    }
+
+    /// Keeps every raw byte read from now on (a server that may hand a failed handshake to
+    /// its decoy), until [`SsrStream::stop_recording`].
+    pub fn start_recording(&mut self) {
+        self.record = Some(Vec::new());
+    }
+
+    pub fn stop_recording(&mut self) {
+        self.record = None;
+    }
+
+    /// The socket underneath and every raw byte read from it while recording (`None` when
+    /// more than the recording limit came).
+    pub fn into_recorded(self) -> (BoxStream, Option<Vec<u8>>) {
+        (self.inner, self.record.filter(|r| r.len() <= RECORD_MAX))
     }
 
     /// The protocol codec (the server reads the user it authenticated).
@@ -260,7 +282,14 @@ impl AsyncRead for SsrStream {
                     me.eof = true;
                     Ok(())
                 }
-                Poll::Ready(Ok(())) => me.decode(&raw[..n]).map_err(io::Error::from),
+                Poll::Ready(Ok(())) => {
+                    if let Some(r) = me.record.as_mut() {
+                        if r.len() <= RECORD_MAX {
+                            r.extend_from_slice(&raw[..n]);
+                        }
+                    }
+                    me.decode(&raw[..n]).map_err(io::Error::from)
+                }
             };
             me.raw = raw;
             res?;
