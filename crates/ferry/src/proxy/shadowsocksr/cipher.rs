@@ -201,6 +201,18 @@ impl Crypt {
         })
     }
 
+    /// Encrypts or decrypts `src` into `dst[..src.len()]` (`dst` at least as long; longer by
+    /// [`CFB_SLACK`](crate::proxy::shadowsocks::stream_cipher::CFB_SLACK) spares AES-CFB a copy).
+    pub fn apply_to(&mut self, src: &[u8], dst: &mut [u8]) {
+        if let Crypt::Ss(c) = self {
+            return c.apply_to(src, dst);
+        }
+        if let Some(d) = dst.get_mut(..src.len()) {
+            d.copy_from_slice(src);
+            self.apply(d);
+        }
+    }
+
     /// Encrypts or decrypts `buf` in place, advancing the keystream.
     pub fn apply(&mut self, buf: &mut [u8]) {
         match self {

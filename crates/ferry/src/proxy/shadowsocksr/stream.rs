@@ -18,6 +18,7 @@ use super::obfs::Obfs;
 use super::protocol::Protocol;
 use super::util::{Error, Result};
 use crate::proxy::shadowsocks::conn::FIRST_PAYLOAD_WAIT;
+use crate::proxy::shadowsocks::stream_cipher::CFB_SLACK;
 use crate::transport::{BoxStream, Stream};
 
 /// Plaintext taken per write at most (SSR's own buffer size).
@@ -51,6 +52,11 @@ pub struct SsrStream {
     wait: Option<Pin<Box<Sleep>>>,
     /// Server with a decoy: every raw byte read so far, until the handshake is over.
     record: Option<Vec<u8>>,
+    /// Scratch buffers kept between calls: protocol output, ciphertext, obfs output, plaintext.
+    pbuf: Vec<u8>,
+    cbuf: Vec<u8>,
+    obuf: Vec<u8>,
+    dbuf: Vec<u8>,
 }
 
 /// Raw bytes a server keeps for its decoy at most (an HTTP disguise may be 64 KiB).
@@ -89,6 +95,10 @@ impl SsrStream {
             request,
             wait: None,
             record: None,
+            pbuf: Vec::new(),
+            cbuf: Vec::new(),
+            obuf: Vec::new(),
+            dbuf: Vec::new(),
         })
     }
 
@@ -138,27 +148,39 @@ impl SsrStream {
 
     /// Encodes `data` (may be empty: the protocol's empty packet) onto the write queue.
     fn encode(&mut self, data: &[u8]) {
-        let mut p = Vec::with_capacity(data.len() + 256);
+        let mut p = std::mem::take(&mut self.pbuf);
+        p.clear();
         if self.server {
             self.proto.server_encode(data, &mut p);
         } else {
             self.proto.client_encode(data, &mut p);
         }
-        if p.is_empty() {
+        if !p.is_empty() {
+            // Ciphertext (after the IV, first time) straight from the protocol's output.
+            let mut c = std::mem::take(&mut self.cbuf);
+            c.clear();
+            if let Some(iv) = self.send_iv.take() {
+                c.extend_from_slice(&iv);
+            }
+            let s = c.len();
+            c.resize(s + p.len() + CFB_SLACK, 0);
+            self.enc.apply_to(&p, &mut c[s..]);
+            c.truncate(s + p.len());
+            self.obfs_encode_owned(c);
+        }
+        self.pbuf = p;
+    }
+
+    /// [`SsrStream::obfs_encode`] of a buffer this stream may keep (plain obfs: it becomes the
+    /// write queue when that is empty, no copy).
+    fn obfs_encode_owned(&mut self, c: Vec<u8>) {
+        if matches!(self.obfs, Obfs::Plain) && self.wpos == self.wbuf.len() {
+            self.cbuf = std::mem::replace(&mut self.wbuf, c);
+            self.wpos = 0;
             return;
         }
-        let mut c = match self.send_iv.take() {
-            Some(iv) => {
-                let mut c = iv;
-                c.reserve(p.len());
-                c
-            }
-            None => Vec::with_capacity(p.len()),
-        };
-        let s = c.len();
-        c.extend_from_slice(&p);
-        self.enc.apply(&mut c[s..]);
         self.obfs_encode(&c);
+        self.cbuf = c;
     }
 
     fn obfs_encode(&mut self, c: &[u8]) {
@@ -175,44 +197,79 @@ impl SsrStream {
 
     /// Runs received wire bytes through the codecs.
     fn decode(&mut self, raw: &[u8]) -> Result<()> {
-        let mut o = Vec::with_capacity(raw.len());
-        let sendback = if self.server {
-            self.obfs.server_decode(raw, &mut o)?
+        let mut o = std::mem::take(&mut self.obuf);
+        o.clear();
+        let r = self.decode_with(raw, &mut o);
+        self.obuf = o;
+        r
+    }
+
+    fn decode_with(&mut self, raw: &[u8], o: &mut Vec<u8>) -> Result<()> {
+        let src: &[u8] = if matches!(self.obfs, Obfs::Plain) {
+            raw
         } else {
-            self.obfs.client_decode(raw, &mut o)?
+            let sendback = if self.server {
+                self.obfs.server_decode(raw, o)?
+            } else {
+                self.obfs.client_decode(raw, o)?
+            };
+            if sendback {
+                self.obfs_encode(&[]);
+            }
+            o
         };
-        if sendback {
-            self.obfs_encode(&[]);
-        }
-        if o.is_empty() {
+        let mut src = src;
+        if src.is_empty() {
             return Ok(());
         }
         if self.dec.is_none() {
             let il = self.method.iv_len();
-            self.recv_iv.extend_from_slice(&o);
-            if self.recv_iv.len() <= il {
+            let need = il - self.recv_iv.len().min(il);
+            let take = need.min(src.len());
+            self.recv_iv.extend_from_slice(&src[..take]);
+            src = &src[take..];
+            if self.recv_iv.len() < il || src.is_empty() {
                 return Ok(());
             }
-            o = self.recv_iv.split_off(il);
             self.dec =
                 Some(Crypt::new(self.method, &self.key, &self.recv_iv, false).ok_or(Error::Auth)?);
             self.proto.set_recv_iv(&self.recv_iv);
-        }
-        if let Some(d) = self.dec.as_mut() {
-            d.apply(&mut o);
         }
         if self.rpos == self.rbuf.len() {
             self.rbuf.clear();
             self.rpos = 0;
         }
-        if self.server {
-            if self.proto.server_decode(&o, &mut self.rbuf)? {
-                self.encode(&[]);
+        let mut d = std::mem::take(&mut self.dbuf);
+        // Origin: the plaintext goes straight onto the read buffer.
+        let origin = matches!(self.proto, Protocol::Origin);
+        let (buf, at) = if origin {
+            let at = self.rbuf.len();
+            (&mut self.rbuf, at)
+        } else {
+            d.clear();
+            (&mut d, 0)
+        };
+        buf.resize(at + src.len() + CFB_SLACK, 0);
+        if let Some(c) = self.dec.as_mut() {
+            c.apply_to(src, &mut buf[at..]);
+        }
+        buf.truncate(at + src.len());
+        let res = if origin {
+            Ok(())
+        } else if self.server {
+            match self.proto.server_decode(&d, &mut self.rbuf) {
+                Ok(true) => {
+                    self.encode(&[]);
+                    Ok(())
+                }
+                Ok(false) => Ok(()),
+                Err(e) => Err(e),
             }
         } else {
-            self.proto.client_decode(&o, &mut self.rbuf)?;
-        }
-        Ok(())
+            self.proto.client_decode(&d, &mut self.rbuf)
+        };
+        self.dbuf = d;
+        res
     }
 
     /// Writes queued wire bytes.
