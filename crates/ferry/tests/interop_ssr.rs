@@ -604,3 +604,101 @@ fn examples_and_links_through_the_cli() {
     assert_eq!(s["password"], "server-password");
     assert_eq!(outbound["tag"], "alice@example.com");
 }
+
+/// http_simple/http_post with `obfsParam`: the server's host list is enforced; clients pick a
+/// host from theirs and send custom header blocks (mihomo and Ferry; the Python client's custom
+/// blocks crash on Python 3, so it sends a plain host list).
+#[test]
+fn http_obfs_host_lists_and_custom_headers() {
+    let tcp = echo_server();
+    let metrics = free_port();
+    let (p_simple, p_post) = (free_port(), free_port());
+    let hosts = r#","obfsParam":"cdn.example.com,static.example.com""#;
+    let simple = ("auth_aes128_md5", "http_simple", "aes-128-cfb");
+    let post = ("auth_chain_a", "http_post", "chacha20-ietf");
+    let server = ferry_servers(
+        &[
+            (p_simple, ssr_settings(simple, hosts)),
+            (p_post, ssr_settings(post, hosts)),
+        ],
+        metrics,
+    );
+    // mihomo: custom headers (the two-character \n separates lines), and a foreign host.
+    let dir = tempdir::Dir::new("mihomo-http");
+    let (m1, m2, m3) = (free_port(), free_port(), free_port());
+    let y = format!(
+        "bind-address: 127.0.0.1\nmode: rule\nlog-level: info\nipv6: false\nproxies:\n\
+  - {{name: a, type: ssr, server: 127.0.0.1, port: {p_simple}, cipher: aes-128-cfb, password: {PW}, protocol: auth_aes128_md5, obfs: http_simple, obfs-param: 'static.example.com#User-Agent: Mozilla/5.0\\nAccept: */*'}}\n\
+  - {{name: b, type: ssr, server: 127.0.0.1, port: {p_post}, cipher: chacha20-ietf, password: {PW}, protocol: auth_chain_a, obfs: http_post, obfs-param: 'cdn.example.com'}}\n\
+  - {{name: c, type: ssr, server: 127.0.0.1, port: {p_simple}, cipher: aes-128-cfb, password: {PW}, protocol: auth_aes128_md5, obfs: http_simple, obfs-param: 'evil.example.com'}}\n\
+listeners:\n\
+  - {{name: la, type: mixed, port: {m1}, listen: 127.0.0.1, proxy: a}}\n\
+  - {{name: lb, type: mixed, port: {m2}, listen: 127.0.0.1, proxy: b}}\n\
+  - {{name: lc, type: mixed, port: {m3}, listen: 127.0.0.1, proxy: c}}\n\
+rules:\n  - MATCH,DIRECT\n"
+    );
+    let home = dir.path().to_str().unwrap().to_string();
+    let m = spawn_with_config(
+        &peer("mihomo"),
+        "mihomo",
+        &y,
+        &["-d", &home, "-f", "{config}"],
+    );
+    for p in [m1, m2, m3] {
+        wait_listening(p, &m);
+    }
+    // Python: a host list of its own.
+    let l = free_port();
+    let cfg = format!(
+        r#"{{"server":"127.0.0.1","server_port":{p_simple},"password":{},"method":"aes-128-cfb",
+        "protocol":"auth_aes128_md5","protocol_param":"","obfs":"http_simple",
+        "obfs_param":"cdn.example.com","timeout":60,"udp_timeout":60,"fast_open":false,
+        "local_address":"127.0.0.1","local_port":{l}}}"#,
+        js(PW)
+    );
+    let py = spawn_with_config(
+        &peer("ssr-python"),
+        "ssr-local",
+        &cfg,
+        &["local", "-c", "{config}"],
+    );
+    wait_listening(l, &py);
+    // Ferry's client: a custom block on http_post.
+    let f_entry = free_port();
+    let fc = ferry(
+        &format!(
+            r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{f_entry},"protocol":"dokodemo-door","settings":{{"address":"127.0.0.1","port":{}}}}}],
+            "outbounds":[{{"protocol":"shadowsocksr","settings":{{"address":"127.0.0.1","port":{p_post},"method":"chacha20-ietf","password":{},"protocol":"auth_chain_a","obfs":"http_post","obfsParam":"static.example.com#X-Forwarded-For: 203.0.113.9\\nAccept: */*"}}}}]}}"#,
+            tcp.port(),
+            js(PW)
+        ),
+        &[f_entry],
+    );
+    let data = pattern(1 << 20, 44);
+    for (what, s, p) in [
+        ("mihomo custom headers", socks5(m1, tcp), &m),
+        ("mihomo http_post", socks5(m2, tcp), &m),
+        ("python host list", socks5(l, tcp), &py),
+        (
+            "ferry custom block",
+            TcpStream::connect(("127.0.0.1", f_entry)).unwrap(),
+            &fc,
+        ),
+    ] {
+        check(what, &echo(s, &data), &data, &[&server, p]);
+    }
+    let mut s = socks5(m3, tcp);
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _ = s.write_all(b"hello");
+    let mut buf = [0u8; 8];
+    assert!(
+        !matches!(s.read(&mut buf), Ok(n) if n > 0),
+        "a host outside the server's list got through"
+    );
+    let t = std::time::Instant::now();
+    while !server.output().contains("(bad_obfs)") {
+        assert!(t.elapsed() < Duration::from_secs(10), "{}", server.output());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(dir);
+}
