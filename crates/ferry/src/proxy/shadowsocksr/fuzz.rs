@@ -77,11 +77,69 @@ pub fn protocol(data: &[u8]) {
     protocol_of(Kind::ALL, data)
 }
 
-/// One protocol plugin's server decoder (of `kinds`, chosen by the first byte) and its client
-/// decoder on the same bytes, and the UDP decoders.
+fn client(kind: Kind, login: bool) -> Protocol {
+    Protocol::new(
+        kind,
+        Info {
+            key: vec![0x11u8; 32].into(),
+            iv: vec![0x33; 16],
+            overhead: kind.overhead(),
+            tcp_mss: protocol::TCP_MSS,
+        },
+        protocol::Side::Client(Arc::new(protocol::ClientShared::new(if login {
+            "1024:userpass"
+        } else {
+            ""
+        }))),
+    )
+}
+
+/// The codecs' round trip on a valid stream carrying `rest` (client to server and back, cut
+/// into `step`-byte pieces), then the same stream with one byte changed: decoded or refused,
+/// never a panic.
+fn round_trip(kind: Kind, b: u8, step: usize, rest: &[u8]) {
+    let users = b & 0x80 != 0;
+    let mut c = client(kind, users);
+    let mut s = server(kind, users);
+    let mut req = b"\x01\x7f\x00\x00\x01\x00\x50".to_vec();
+    req.extend_from_slice(rest);
+    let mut wire = Vec::new();
+    c.client_encode(&req[..req.len().min(40)], &mut wire);
+    c.client_encode(req.get(40..).unwrap_or_default(), &mut wire);
+    let mut got = Vec::new();
+    for p in wire.chunks(step) {
+        s.server_decode(p, &mut got)
+            .expect("a valid client stream decodes");
+    }
+    assert_eq!(got, req, "{kind:?}");
+    let mut back = Vec::new();
+    s.server_encode(&[], &mut back);
+    s.server_encode(rest, &mut back);
+    let mut got = Vec::new();
+    for p in back.chunks(step) {
+        c.client_decode(p, &mut got)
+            .expect("a valid server stream decodes");
+    }
+    assert_eq!(got, rest, "{kind:?}");
+    if !wire.is_empty() {
+        let at = rest.first().map_or(0, |&x| x as usize * 7919) % wire.len();
+        wire[at] ^= rest.get(1).copied().unwrap_or(0x55) | 1;
+        let mut s = server(kind, users);
+        let mut out = Vec::new();
+        for p in wire.chunks(step) {
+            if s.server_decode(p, &mut out).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// One protocol plugin (of `kinds`, chosen by the first byte): its server and client decoders
+/// on the raw bytes, the round trip of a valid stream carrying them, and the UDP decoders.
 fn protocol_of(kinds: &[Kind], data: &[u8]) {
     let (b, step, rest) = pieces(data);
     let kind = kinds[b as usize % kinds.len()];
+    round_trip(kind, b, step, rest);
     let mut s = server(kind, b & 0x80 != 0);
     let mut out = Vec::new();
     for c in rest.chunks(step) {
