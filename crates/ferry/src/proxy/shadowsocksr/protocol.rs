@@ -357,9 +357,13 @@ impl Deflate {
             let mut z = Vec::with_capacity(total);
             z.extend_from_slice(&[0x78, 0x9c]);
             z.extend_from_slice(&self.recv[2..total]);
-            let mut d = flate2::read::ZlibDecoder::new(&z[..]).take(DEFLATE_UNIT as u64 * 2);
+            // A packet carries at most one 32,700-byte chunk: more is a deflate bomb.
+            let mut d = flate2::read::ZlibDecoder::new(&z[..]).take(DEFLATE_UNIT as u64 + 1);
             let mut plain = Vec::new();
             d.read_to_end(&mut plain).map_err(|_| Error::Frame)?;
+            if plain.len() > DEFLATE_UNIT {
+                return Err(Error::Frame);
+            }
             out.extend_from_slice(&plain);
             self.recv.drain(..total);
         }
@@ -1223,6 +1227,17 @@ mod tests {
             d.decode(c, &mut back).unwrap();
         }
         assert_eq!(back, big);
+        // A packet inflating past one chunk (a deflate bomb) is refused.
+        use std::io::Write;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&[0u8; 40_000]).unwrap();
+        let c = z.finish().unwrap();
+        let mut bomb = ((c.len()) as u16).to_be_bytes().to_vec();
+        bomb.extend_from_slice(&c[2..]);
+        assert_eq!(
+            Deflate::default().decode(&bomb, &mut Vec::new()),
+            Err(Error::Frame)
+        );
     }
 
     #[test]

@@ -25,6 +25,9 @@ use crate::transport::{BoxStream, Stream};
 const WRITE_MAX: usize = 32 * 1024;
 /// Raw bytes read per read call.
 const READ_SIZE: usize = 64 * 1024;
+/// verify_deflate: raw bytes per read, so one read inflates to a few MiB at most (a packet of
+/// ~32 bytes may inflate to a full 32,700-byte chunk).
+const READ_SIZE_DEFLATE: usize = 4096;
 
 pub struct SsrStream {
     inner: BoxStream,
@@ -322,8 +325,13 @@ impl AsyncRead for SsrStream {
                     continue;
                 }
             }
-            if me.raw.len() < READ_SIZE {
-                me.raw.resize(READ_SIZE, 0);
+            let size = if matches!(me.proto, Protocol::Deflate(_)) {
+                READ_SIZE_DEFLATE
+            } else {
+                READ_SIZE
+            };
+            if me.raw.len() != size {
+                me.raw.resize(size, 0);
             }
             let mut raw = std::mem::take(&mut me.raw);
             let mut rb = ReadBuf::new(&mut raw);
