@@ -39,6 +39,13 @@ const ROWS: &[(&str, &str, &str)] = &[
     ("auth_chain_a", "random_head", "camellia-128-cfb"),
     ("auth_chain_b", "tls1.2_ticket_auth", "camellia-192-cfb"),
     ("auth_chain_c", "plain", "camellia-256-cfb"),
+    ("auth_chain_d", "tls1.2_ticket_fastauth", "aes-128-ofb"),
+    ("auth_chain_e", "http_post", "aes-256-cfb8"),
+    ("origin", "random_head", "bf-cfb"),
+    ("auth_sha1_v4", "tls1.2_ticket_auth", "cast5-cfb"),
+    ("auth_aes128_md5", "plain", "des-cfb"),
+    ("auth_aes128_sha1", "http_simple", "rc2-cfb"),
+    ("auth_chain_a", "http_post", "xsalsa20"),
 ];
 
 /// What mihomo speaks (§1.3, §2.1): six protocols, six obfs, its ciphers.

@@ -27,10 +27,21 @@ pub enum Method {
     Camellia128Cfb,
     Camellia192Cfb,
     Camellia256Cfb,
+    Aes128Ofb,
+    Aes192Ofb,
+    Aes256Ofb,
+    Aes128Cfb8,
+    Aes192Cfb8,
+    Aes256Cfb8,
+    BfCfb,
+    Cast5Cfb,
+    DesCfb,
+    Rc2Cfb,
     Chacha20,
     Chacha20Ietf,
     Salsa20,
     XChacha20,
+    XSalsa20,
 }
 
 impl Method {
@@ -49,10 +60,21 @@ impl Method {
         Method::Camellia128Cfb,
         Method::Camellia192Cfb,
         Method::Camellia256Cfb,
+        Method::Aes128Ofb,
+        Method::Aes192Ofb,
+        Method::Aes256Ofb,
+        Method::Aes128Cfb8,
+        Method::Aes192Cfb8,
+        Method::Aes256Cfb8,
+        Method::BfCfb,
+        Method::Cast5Cfb,
+        Method::DesCfb,
+        Method::Rc2Cfb,
         Method::Chacha20,
         Method::Chacha20Ietf,
         Method::Salsa20,
         Method::XChacha20,
+        Method::XSalsa20,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,10 +93,21 @@ impl Method {
             Method::Camellia128Cfb => "camellia-128-cfb",
             Method::Camellia192Cfb => "camellia-192-cfb",
             Method::Camellia256Cfb => "camellia-256-cfb",
+            Method::Aes128Ofb => "aes-128-ofb",
+            Method::Aes192Ofb => "aes-192-ofb",
+            Method::Aes256Ofb => "aes-256-ofb",
+            Method::Aes128Cfb8 => "aes-128-cfb8",
+            Method::Aes192Cfb8 => "aes-192-cfb8",
+            Method::Aes256Cfb8 => "aes-256-cfb8",
+            Method::BfCfb => "bf-cfb",
+            Method::Cast5Cfb => "cast5-cfb",
+            Method::DesCfb => "des-cfb",
+            Method::Rc2Cfb => "rc2-cfb",
             Method::Chacha20 => "chacha20",
             Method::Chacha20Ietf => "chacha20-ietf",
             Method::Salsa20 => "salsa20",
             Method::XChacha20 => "xchacha20",
+            Method::XSalsa20 => "xsalsa20",
         }
     }
 
@@ -91,14 +124,22 @@ impl Method {
     /// Cipher key length (16 for the methods that have none: the plugins still use it).
     pub fn key_len(self) -> usize {
         match self {
-            Method::Aes192Cfb | Method::Aes192Ctr | Method::Camellia192Cfb => 24,
+            Method::Aes192Cfb
+            | Method::Aes192Ctr
+            | Method::Camellia192Cfb
+            | Method::Aes192Ofb
+            | Method::Aes192Cfb8 => 24,
             Method::Aes256Cfb
             | Method::Aes256Ctr
             | Method::Camellia256Cfb
+            | Method::Aes256Ofb
+            | Method::Aes256Cfb8
             | Method::Chacha20
             | Method::Chacha20Ietf
             | Method::Salsa20
-            | Method::XChacha20 => 32,
+            | Method::XChacha20
+            | Method::XSalsa20 => 32,
+            Method::DesCfb => 8,
             _ => 16,
         }
     }
@@ -109,7 +150,8 @@ impl Method {
             Method::Rc4Md5_6 => 6,
             Method::Chacha20 | Method::Salsa20 => 8,
             Method::Chacha20Ietf => 12,
-            Method::XChacha20 => 24,
+            Method::XChacha20 | Method::XSalsa20 => 24,
+            Method::BfCfb | Method::Cast5Cfb | Method::DesCfb | Method::Rc2Cfb => 8,
             _ => 16,
         }
     }
@@ -153,6 +195,95 @@ pub enum Crypt {
     Cam128D(Box<CamelliaCfbD<camellia::Camellia128>>),
     Cam192D(Box<CamelliaCfbD<camellia::Camellia192>>),
     Cam256D(Box<CamelliaCfbD<camellia::Camellia256>>),
+    /// The rarer modes and block ciphers (OFB, CFB8, CFB64 of Blowfish/CAST5/DES/RC2,
+    /// XSalsa20): one boxed keystream each.
+    Other(Box<dyn Keystream>),
+}
+
+/// One direction of a rarely used cipher.
+pub trait Keystream: Send {
+    fn apply(&mut self, buf: &mut [u8]);
+}
+
+struct Ks<C>(C);
+impl<C: StreamCipher + Send> Keystream for Ks<C> {
+    fn apply(&mut self, buf: &mut [u8]) {
+        self.0.apply_keystream(buf);
+    }
+}
+
+struct CfbE<C: aes::cipher::BlockCipherEncrypt>(cfb_mode::BufEncryptor<C>);
+impl<C: aes::cipher::BlockCipherEncrypt + Send> Keystream for CfbE<C>
+where
+    cfb_mode::BufEncryptor<C>: Send,
+{
+    fn apply(&mut self, buf: &mut [u8]) {
+        self.0.encrypt(buf);
+    }
+}
+
+struct CfbD<C: aes::cipher::BlockCipherEncrypt>(cfb_mode::BufDecryptor<C>);
+impl<C: aes::cipher::BlockCipherEncrypt + Send> Keystream for CfbD<C>
+where
+    cfb_mode::BufDecryptor<C>: Send,
+{
+    fn apply(&mut self, buf: &mut [u8]) {
+        self.0.decrypt(buf);
+    }
+}
+
+/// CFB-8: one block encryption per byte (the `cfb8` crate's whole-buffer API, driven a byte
+/// at a time so the state carries across calls).
+struct Cfb8<C: aes::cipher::BlockCipherEncrypt + Clone> {
+    cipher: C,
+    reg: [u8; 16],
+    encrypt: bool,
+}
+impl<C: aes::cipher::BlockCipherEncrypt<BlockSize = aes::cipher::consts::U16> + Clone + Send>
+    Keystream for Cfb8<C>
+{
+    fn apply(&mut self, buf: &mut [u8]) {
+        for b in buf.iter_mut() {
+            let mut blk = aes::Block::from(self.reg);
+            self.cipher.encrypt_block(&mut blk);
+            let c = if self.encrypt { *b ^ blk[0] } else { *b };
+            *b ^= blk[0];
+            self.reg.copy_within(1.., 0);
+            self.reg[15] = c;
+        }
+    }
+}
+
+fn cfb<C>(key: &[u8], iv: &[u8], encrypt: bool) -> Option<Box<dyn Keystream>>
+where
+    C: aes::cipher::BlockCipherEncrypt + aes::cipher::KeyInit + Send + 'static,
+    cfb_mode::BufEncryptor<C>: Send,
+    cfb_mode::BufDecryptor<C>: Send,
+{
+    Some(if encrypt {
+        Box::new(CfbE(
+            cfb_mode::BufEncryptor::<C>::new_from_slices(key, iv).ok()?,
+        ))
+    } else {
+        Box::new(CfbD(
+            cfb_mode::BufDecryptor::<C>::new_from_slices(key, iv).ok()?,
+        ))
+    })
+}
+
+fn cfb8<C>(key: &[u8], iv: &[u8], encrypt: bool) -> Option<Box<dyn Keystream>>
+where
+    C: aes::cipher::BlockCipherEncrypt<BlockSize = aes::cipher::consts::U16>
+        + aes::cipher::KeyInit
+        + Clone
+        + Send
+        + 'static,
+{
+    Some(Box::new(Cfb8 {
+        cipher: C::new_from_slice(key).ok()?,
+        reg: iv.try_into().ok()?,
+        encrypt,
+    }))
 }
 
 impl Crypt {
@@ -197,6 +328,25 @@ impl Crypt {
             Method::Camellia256Cfb => {
                 Crypt::Cam256D(Box::new(KeyIvInit::new_from_slices(key, iv).ok()?))
             }
+            Method::Aes128Ofb => Crypt::Other(Box::new(Ks(
+                ofb::Ofb::<aes::Aes128>::new_from_slices(key, iv).ok()?,
+            ))),
+            Method::Aes192Ofb => Crypt::Other(Box::new(Ks(
+                ofb::Ofb::<aes::Aes192>::new_from_slices(key, iv).ok()?,
+            ))),
+            Method::Aes256Ofb => Crypt::Other(Box::new(Ks(
+                ofb::Ofb::<aes::Aes256>::new_from_slices(key, iv).ok()?,
+            ))),
+            Method::Aes128Cfb8 => Crypt::Other(cfb8::<aes::Aes128>(key, iv, encrypt)?),
+            Method::Aes192Cfb8 => Crypt::Other(cfb8::<aes::Aes192>(key, iv, encrypt)?),
+            Method::Aes256Cfb8 => Crypt::Other(cfb8::<aes::Aes256>(key, iv, encrypt)?),
+            Method::BfCfb => Crypt::Other(cfb::<blowfish::Blowfish>(key, iv, encrypt)?),
+            Method::Cast5Cfb => Crypt::Other(cfb::<cast5::Cast5>(key, iv, encrypt)?),
+            Method::DesCfb => Crypt::Other(cfb::<des::Des>(key, iv, encrypt)?),
+            Method::Rc2Cfb => Crypt::Other(cfb::<rc2::Rc2>(key, iv, encrypt)?),
+            Method::XSalsa20 => Crypt::Other(Box::new(Ks(
+                <salsa20::XSalsa20 as KeyIvInit>::new_from_slices(key, iv).ok()?,
+            ))),
             _ => return None,
         })
     }
@@ -232,6 +382,7 @@ impl Crypt {
             Crypt::Cam128D(c) => c.decrypt(buf),
             Crypt::Cam192D(c) => c.decrypt(buf),
             Crypt::Cam256D(c) => c.decrypt(buf),
+            Crypt::Other(k) => k.apply(buf),
         }
     }
 }
