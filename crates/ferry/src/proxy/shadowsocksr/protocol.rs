@@ -248,6 +248,7 @@ impl Protocol {
                 pack_id: 1,
                 recv_id: 1,
                 recv: Vec::new(),
+                head: None,
             })),
             _ => Protocol::Chain(Box::new(AuthChain::new(kind, info, side))),
         }
@@ -562,7 +563,11 @@ pub struct AuthAes128 {
     pack_id: u32,
     recv_id: u32,
     recv: Vec<u8>,
+    /// Server: the first packet's decrypted block, user key and user once its head checked out.
+    head: Option<Box<Aes128Head>>,
 }
+
+type Aes128Head = ([u8; 16], Vec<u8>, Option<SsrUser>);
 
 impl AuthAes128 {
     fn salt(&self) -> &'static [u8] {
@@ -742,34 +747,44 @@ impl AuthAes128 {
         };
         let shared = shared.clone();
         self.recv.extend_from_slice(data);
-        let mac_key = [&self.recv_iv[..], &self.info.key].concat();
         let b = &self.recv;
-        if b.len() >= 2 {
-            let n = b.len().min(7);
-            if self.mac(&mac_key, &[&b[..1]])[..n - 1] != b[1..n] {
+        // The head checked once: later pieces only wait for the whole packet.
+        if self.head.is_none() {
+            let mac_key = [&self.recv_iv[..], &self.info.key].concat();
+            if b.len() >= 2 {
+                let n = b.len().min(7);
+                if self.mac(&mac_key, &[&b[..1]])[..n - 1] != b[1..n] {
+                    return Err(Error::Auth);
+                }
+            }
+            if b.len() < 31 {
+                return Ok(false);
+            }
+            if self.mac(&mac_key, &[&b[7..27]])[..4] != b[27..31] {
                 return Err(Error::Auth);
             }
+            let uid = u32::from_le_bytes(b[7..11].try_into().expect("4 bytes"));
+            let user = shared.user_of(uid).ok_or(Error::UnknownUser)?;
+            let uk = match &user {
+                Some(u) => self.hash(&u.password),
+                None => self.info.key.to_vec(),
+            };
+            let mut block = [0u8; 16];
+            block.copy_from_slice(&b[11..27]);
+            aes128_block(&self.aes_key(&uk), &mut block, false);
+            let l = u16::from_le_bytes([block[12], block[13]]) as usize;
+            let rnd_len = u16::from_le_bytes([block[14], block[15]]) as usize;
+            if l < 35 || 31 + rnd_len > l - 4 {
+                return Err(Error::Auth);
+            }
+            self.head = Some(Box::new((block, uk, user)));
         }
-        if b.len() < 31 {
-            return Ok(false);
-        }
-        if self.mac(&mac_key, &[&b[7..27]])[..4] != b[27..31] {
+        let Some(head) = self.head.as_ref() else {
             return Err(Error::Auth);
-        }
-        let uid = u32::from_le_bytes(b[7..11].try_into().expect("4 bytes"));
-        let user = shared.user_of(uid).ok_or(Error::UnknownUser)?;
-        let uk = match &user {
-            Some(u) => self.hash(&u.password),
-            None => self.info.key.to_vec(),
         };
-        let mut block = [0u8; 16];
-        block.copy_from_slice(&b[11..27]);
-        aes128_block(&self.aes_key(&uk), &mut block, false);
+        let (block, uk, user) = (head.0, head.1.clone(), head.2.clone());
         let l = u16::from_le_bytes([block[12], block[13]]) as usize;
         let rnd_len = u16::from_le_bytes([block[14], block[15]]) as usize;
-        if l < 35 || 31 + rnd_len > l - 4 {
-            return Err(Error::Auth);
-        }
         if b.len() < l {
             return Ok(false);
         }
