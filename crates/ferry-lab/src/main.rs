@@ -29,14 +29,15 @@ struct Cli {
 enum Cmd {
     /// Run scenarios for several implementations and write results/<timestamp>/.
     Run {
-        /// Scenario names (files under crates/ferry-lab/scenarios/).
+        /// Scenario names (files under crates/ferry-lab/scenarios/), or groups: a prefix such as
+        /// `ssr-ciphers` runs every `ssr-ciphers-*` scenario.
         #[arg(required = true)]
         scenarios: Vec<String>,
         /// Implementations, comma-separated.
         #[arg(
             long = "impl",
             value_delimiter = ',',
-            default_value = "ferry,xray,sing-box,v2ray,ss-rust,ss-libev,trojan,trojan-go"
+            default_value = "ferry,xray,sing-box,v2ray,ss-rust,ss-libev,trojan,trojan-go,ssr-python,ssr-python-server"
         )]
         impls: Vec<String>,
         /// Connection counts for throughput tests.
@@ -228,8 +229,9 @@ fn real_main() -> Result<ExitCode> {
                     );
                 }
             }
+            let dir = scenario_dir.unwrap_or_else(scenario::default_dir);
             let o = RunOpts {
-                scenarios,
+                scenarios: scenario::expand(&dir, &scenarios),
                 impls,
                 streams,
                 amount: wire::parse_size(&amount)?,
@@ -239,7 +241,7 @@ fn real_main() -> Result<ExitCode> {
                 idle,
                 baseline: Some(baseline),
                 ferry_bin,
-                scenario_dir: scenario_dir.unwrap_or_else(scenario::default_dir),
+                scenario_dir: dir,
                 peers_dir: peers_dir.unwrap_or_else(runner::peers_dir),
                 stall: Duration::from_secs_f64(stall),
                 ttfb_count,

@@ -24,6 +24,8 @@ pub const ALL_IMPLS: &[&str] = &[
     "v2ray",
     "ss-rust",
     "ss-libev",
+    "ssr-python",
+    "ssr-python-server",
     "trojan",
     "trojan-go",
 ];

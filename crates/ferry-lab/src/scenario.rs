@@ -102,6 +102,25 @@ pub fn list(dir: &Path) -> Result<Vec<String>> {
     Ok(v)
 }
 
+/// Scenario names with groups expanded: a name with no file of its own that is the prefix of
+/// others (`ssr-ciphers` for `ssr-ciphers-*.toml`) stands for all of them, in name order.
+pub fn expand(dir: &Path, names: &[String]) -> Vec<String> {
+    let all = list(dir).unwrap_or_default();
+    let mut out = Vec::new();
+    for n in names {
+        let members: Vec<&String> = all
+            .iter()
+            .filter(|s| s.starts_with(&format!("{n}-")))
+            .collect();
+        if all.contains(n) || members.is_empty() {
+            out.push(n.clone());
+        } else {
+            out.extend(members.into_iter().cloned());
+        }
+    }
+    out
+}
+
 /// Loads a scenario by name; an unknown name lists the known ones.
 pub fn load(dir: &Path, name: &str) -> Result<Scenario> {
     let path = dir.join(format!("{name}.toml"));

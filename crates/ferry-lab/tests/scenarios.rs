@@ -23,7 +23,22 @@ const MUST_SHIP: &[&str] = &[
     "ss-2022-blake3-aes-128-gcm",
     "ss-aes-128-cfb",
     "vmess-ws-tls-nginx",
+    "ssr-ciphers-rc4-md5-auth_aes128_md5-tls",
+    "ssr-ciphers-aes-256-cfb-origin-plain",
+    "ssr-ciphers-aead-aes-128-gcm",
 ];
+
+/// `ssr-ciphers` (issue 16's cipher report) names a group: its six SSR rows and two AEAD rows.
+#[test]
+fn groups_expand_to_their_scenarios() {
+    let dir = scenario::default_dir();
+    let v = scenario::expand(&dir, &["ssr-ciphers".to_string(), "relay".to_string()]);
+    assert_eq!(v.len(), 9, "{v:?}");
+    assert!(v[..8].iter().all(|n| n.starts_with("ssr-ciphers-")));
+    // A scenario's own name is never a group, even when others extend it.
+    assert_eq!(v[8], "relay");
+    assert_eq!(scenario::expand(&dir, &["nope".to_string()]), ["nope"]);
+}
 
 #[test]
 fn every_scenario_parses_and_renders() {

@@ -50,12 +50,13 @@ enum Cmd {
     },
     /// Print the version.
     Version,
-    /// Share links: turn an `ss://` or `vmess://` link into an outbound JSON object, or print the
-    /// links of a config (`-c`): `ss://` for shadowsocks inbound users, `vmess://` for VMess outbounds.
+    /// Share links: turn an `ss://`, `ssr://` or `vmess://` link into an outbound JSON object, or
+    /// print the links of a config (`-c`): `ss://` / `ssr://` for shadowsocks(r) inbound users,
+    /// `vmess://` for VMess outbounds.
     Link {
-        /// An `ss://` or `vmess://` link to turn into an outbound.
+        /// An `ss://`, `ssr://` or `vmess://` link to turn into an outbound.
         link: Option<String>,
-        /// Config whose shadowsocks inbounds' users get links.
+        /// Config whose shadowsocks and shadowsocksr inbounds' users get links.
         #[arg(short = 'c', long = "config")]
         config: Vec<String>,
         /// Host name clients use to reach the server (default: the inbound's listen address).
@@ -374,14 +375,18 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
     })
 }
 
-/// `ferry link`: a `ss://` or `vmess://` link becomes an outbound JSON object; with `-c`, prints
-/// `ss://` links for the users of the config's shadowsocks inbounds and `vmess://` links for its
-/// VMess outbounds.
+/// `ferry link`: a `ss://`, `ssr://` or `vmess://` link becomes an outbound JSON object; with
+/// `-c`, prints `ss://` / `ssr://` links for the users of the config's shadowsocks and
+/// shadowsocksr inbounds and `vmess://` links for its VMess outbounds.
 fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> Result<ExitCode> {
     use ferry::proxy::shadowsocks::link::{links_for_inbound, Link};
     use ferry::proxy::vmess::link::VmessLink;
     if let Some(l) = link {
-        let out = if l.starts_with("vmess://") {
+        let out = if l.starts_with("ssr://") {
+            ferry::proxy::shadowsocksr::link::Link::decode(&l)
+                .and_then(|l| l.to_outbound())
+                .map_err(|e| anyhow!("{e}"))?
+        } else if l.starts_with("vmess://") {
             VmessLink::parse(&l)
                 .map_err(|e| anyhow!("{e}"))?
                 .to_outbound()
@@ -395,7 +400,7 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
     }
     if config.is_empty() {
         return Err(anyhow!(
-            "give an ss:// or vmess:// link, or -c CONFIG to print links"
+            "give an ss://, ssr:// or vmess:// link, or -c CONFIG to print links"
         ));
     }
     let mut docs = Vec::new();
@@ -412,7 +417,8 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
         .flatten()
     {
         let proto = ib.get("protocol").and_then(|v| v.as_str()).unwrap_or("");
-        if !proto.eq_ignore_ascii_case("shadowsocks") {
+        let ssr = proto.eq_ignore_ascii_case("shadowsocksr") || proto.eq_ignore_ascii_case("ssr");
+        if !proto.eq_ignore_ascii_case("shadowsocks") && !ssr {
             continue;
         }
         let port = ib
@@ -422,20 +428,33 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
                     .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
             })
             .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| anyhow!("a shadowsocks inbound has no single port"))?;
+            .ok_or_else(|| anyhow!("a {proto} inbound has no single port"))?;
         let listen = ib
             .get("listen")
             .and_then(|v| v.as_str())
             .unwrap_or("0.0.0.0");
         let h = host.clone().unwrap_or_else(|| listen.to_string());
         let settings = ib.get("settings").cloned().unwrap_or_default();
-        for (email, l) in links_for_inbound(&settings, &h, port).map_err(|e| anyhow!("{e}"))? {
+        let links: Vec<(String, String)> = if ssr {
+            ferry::proxy::shadowsocksr::link::links_for_inbound(&settings, &h, port)
+                .map_err(|e| anyhow!("{e}"))?
+                .into_iter()
+                .map(|(e, l)| (e, l.encode()))
+                .collect()
+        } else {
+            links_for_inbound(&settings, &h, port)
+                .map_err(|e| anyhow!("{e}"))?
+                .into_iter()
+                .map(|(e, l)| (e, l.encode()))
+                .collect()
+        };
+        for (email, l) in links {
             let who = if email.is_empty() {
                 "(no email)".to_string()
             } else {
                 email
             };
-            println!("{who}\t{}", l.encode());
+            println!("{who}\t{l}");
             n += 1;
         }
     }
@@ -445,7 +464,7 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
     }
     if n == 0 {
         return Err(anyhow!(
-            "no shadowsocks inbound users or vmess outbounds in the config"
+            "no shadowsocks/shadowsocksr inbound users or vmess outbounds in the config"
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -10,6 +10,7 @@ pub mod headed;
 pub mod http;
 pub mod mux;
 pub mod shadowsocks;
+pub mod shadowsocksr;
 pub mod socks;
 pub mod trojan;
 pub mod vless;
@@ -169,6 +170,7 @@ pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
     (&["vless"], vless::build_inbound),
     (&["trojan"], trojan::build_inbound),
     (&["shadowsocks", "ss"], shadowsocks::build_inbound),
+    (&["shadowsocksr", "ssr"], shadowsocksr::build_inbound),
 ];
 
 /// Outbound protocols by name (and Xray's aliases).
@@ -181,17 +183,11 @@ pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["vless"], vless::build_outbound),
     (&["trojan"], trojan::build_outbound),
     (&["shadowsocks", "ss"], shadowsocks::build_outbound),
+    (&["shadowsocksr", "ssr"], shadowsocksr::build_outbound),
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
-pub const KNOWN_ELSEWHERE: &[&str] = &[
-    "dns",
-    "wireguard",
-    "hysteria",
-    "loopback",
-    "shadowsocksr",
-    "mtproto",
-];
+pub const KNOWN_ELSEWHERE: &[&str] = &["dns", "wireguard", "hysteria", "loopback", "mtproto"];
 
 fn find<T: Copy>(table: &[(&[&str], T)], name: &str) -> Option<T> {
     table

@@ -1,0 +1,5 @@
+//! ShadowsocksR: auth_chain decoders (server and client sides, input cut at every piece size).
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    ferry::proxy::shadowsocksr::fuzz::auth_chain(data);
+});

@@ -1,0 +1,5 @@
+//! ShadowsocksR: http_simple decoders (server and client sides, input cut at every piece size).
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    ferry::proxy::shadowsocksr::fuzz::http_simple(data);
+});
