@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-/// A configuration error at a JSON path, e.g. `inbounds[2].streamSettings.network: "grpc" is not supported`.
+/// A configuration error at a JSON path, e.g. `inbounds[2].streamSettings.network: "kcp" is not supported`.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("{path}: {msg}")]
 pub struct ConfigError {
