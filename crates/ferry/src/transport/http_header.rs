@@ -236,35 +236,55 @@ impl Layer for HttpHeaderLayer {
         }
         info.path = Some(path.into());
         drop(req);
-        Ok(Box::new(Dressed {
-            inner: r.into_stream(),
-            out_head: Some(self.response.render()),
-            out_pos: 0,
-            in_head: None,
-            rest: Bytes::new(),
-        }))
+        Ok(Box::new(Dressed::new(
+            r.into_stream(),
+            Some(self.response.render()),
+            None,
+        )))
     }
 
     async fn connect(&self, stream: BoxStream, _server: &Destination) -> io::Result<BoxStream> {
-        Ok(Box::new(Dressed {
-            inner: stream,
-            out_head: Some(self.request.render()),
-            out_pos: 0,
-            in_head: Some(Vec::new()),
-            rest: Bytes::new(),
-        }))
+        // Xray's client reads past the response head without looking at it.
+        Ok(Box::new(Dressed::new(
+            stream,
+            Some(self.request.render()),
+            Some(|_| Ok(())),
+        )))
     }
 }
 
-/// A stream with a head to send before its first write and (client) one to skip before its
-/// first read.
-struct Dressed {
+/// Checks a head read off the wire.
+pub(crate) type CheckHead = fn(&[u8]) -> io::Result<()>;
+
+/// A stream with a head to send before its first write and (a client) one to read and check
+/// before its first read: the HTTP header disguise, and HTTPUpgrade's late 101 answer.
+pub(crate) struct Dressed {
     inner: BoxStream,
     out_head: Option<Vec<u8>>,
     out_pos: usize,
-    /// The response head read so far (client); `None` once skipped.
+    /// The head read so far; `None` once read and checked.
     in_head: Option<Vec<u8>>,
+    check: CheckHead,
     rest: Bytes,
+}
+
+impl Dressed {
+    /// `out_head` goes before the first write; `check`, when given, takes the head read
+    /// before the first read.
+    pub(crate) fn new(
+        inner: BoxStream,
+        out_head: Option<Vec<u8>>,
+        check: Option<CheckHead>,
+    ) -> Self {
+        Dressed {
+            inner,
+            out_head,
+            out_pos: 0,
+            in_head: check.map(|_| Vec::new()),
+            check: check.unwrap_or(|_| Ok(())),
+            rest: Bytes::new(),
+        }
+    }
 }
 
 impl AsyncRead for Dressed {
@@ -289,11 +309,19 @@ impl AsyncRead for Dressed {
             head.truncate(start + n);
             ready!(r)?;
             if n == 0 {
+                // The end before the head: clean unless a head was required.
+                if (me.check)(&[]).is_err() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "closed before the answer's head",
+                    )));
+                }
                 return Poll::Ready(Ok(()));
             }
             if let Some(end) = codec::head_len(head, start)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
             {
+                (me.check)(&head[..end])?;
                 me.rest = Bytes::copy_from_slice(&head[end..]);
                 me.in_head = None;
             }

@@ -4,16 +4,13 @@
 //! reads it in front of the first bytes.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
 
 use async_trait::async_trait;
-use bytes::{Buf, Bytes};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 
 use super::upgrade::{self, header_str, UpgradeSettings};
-use super::{BoxStream, Layer, Stream};
+use super::{BoxStream, Layer};
 use crate::common::Destination;
 use crate::proxy::http::codec;
 use crate::session::{ConnInfo, Endpoint};
@@ -79,11 +76,11 @@ impl Layer for HttpUpgradeLayer {
         stream.flush().await?;
         if s.max_early > 0 {
             // Early data: write on at once, read the answer in front of the first bytes.
-            return Ok(Box::new(LateResponse {
-                inner: stream,
-                head: Some(Vec::new()),
-                rest: Bytes::new(),
-            }));
+            return Ok(Box::new(super::http_header::Dressed::new(
+                stream,
+                None,
+                Some(check_response),
+            )));
         }
         let mut r = crate::proxy::head::HeadReader::new(stream, 8192);
         let n = r
@@ -93,95 +90,6 @@ impl Layer for HttpUpgradeLayer {
         check_response(&r.buf[..n])?;
         r.consume(n);
         Ok(r.into_stream())
-    }
-}
-
-/// A client stream whose 101 answer is read on the first read.
-struct LateResponse {
-    inner: BoxStream,
-    /// The answer read so far; `None` once it was checked.
-    head: Option<Vec<u8>>,
-    /// Bytes read past the answer.
-    rest: Bytes,
-}
-
-impl AsyncRead for LateResponse {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        out: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let me = self.get_mut();
-        while let Some(head) = &mut me.head {
-            let start = head.len();
-            if start >= 8192 {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "HTTPUpgrade: answer too long",
-                )));
-            }
-            head.resize(8192, 0);
-            let mut rb = ReadBuf::new(&mut head[start..]);
-            let r = Pin::new(&mut *me.inner).poll_read(cx, &mut rb);
-            let n = rb.filled().len();
-            head.truncate(start + n);
-            ready!(r)?;
-            if n == 0 {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "HTTPUpgrade: closed before the answer",
-                )));
-            }
-            if let Some(end) = codec::head_len(head, start)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
-            {
-                check_response(&head[..end])?;
-                me.rest = Bytes::copy_from_slice(&head[end..]);
-                me.head = None;
-            }
-        }
-        if !me.rest.is_empty() {
-            let n = me.rest.len().min(out.remaining());
-            out.put_slice(&me.rest[..n]);
-            me.rest.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut *me.inner).poll_read(cx, out)
-    }
-}
-
-impl AsyncWrite for LateResponse {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.inner).poll_shutdown(cx)
-    }
-}
-
-impl Stream for LateResponse {
-    fn socket(&self) -> Option<super::RawSocket<'_>> {
-        self.inner.socket()
-    }
-    /// Direct once the answer was read.
-    fn take_read_direct(&mut self) -> Option<Bytes> {
-        if self.head.is_some() {
-            return None;
-        }
-        let under = self.inner.take_read_direct()?;
-        let mut joined = std::mem::take(&mut self.rest).to_vec();
-        joined.extend_from_slice(&under);
-        Some(joined.into())
-    }
-    fn write_direct(&self) -> bool {
-        self.inner.write_direct()
     }
 }
 
