@@ -15,6 +15,7 @@ pub mod listener;
 pub mod prefixed;
 pub mod proxy_protocol;
 pub mod read_ahead;
+pub mod reality;
 pub mod tcp;
 pub mod tls;
 pub mod upgrade;

@@ -1,0 +1,122 @@
+//! The temporary certificate of a REALITY server (transports2.md §1.4): one Ed25519 key per
+//! process in a fixed 178-byte self-signed template; per connection its signature field holds
+//! HMAC-SHA512(auth key, public key), which is what the client checks.
+
+use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
+
+use super::keys;
+
+/// Where the public key and the signature lie in [`Temporary::der`].
+pub const PUB: std::ops::Range<usize> = 72..104;
+pub const SIG: std::ops::Range<usize> = 114..178;
+
+/// The DER Go's `x509.CreateCertificate` makes from `{SerialNumber: 0}` with an Ed25519 key:
+/// empty issuer and subject, validity from year 1 to year 1, no extensions.
+fn template(public: &[u8; 32]) -> [u8; 178] {
+    let mut d = Vec::with_capacity(178);
+    d.extend_from_slice(&[0x30, 0x81, 0xaf, 0x30, 0x63]);
+    d.extend_from_slice(&[0xa0, 0x03, 0x02, 0x01, 0x02]); // v3
+    d.extend_from_slice(&[0x02, 0x01, 0x00]); // serial 0
+    d.extend_from_slice(&[0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70]); // Ed25519
+    d.extend_from_slice(&[0x30, 0x00]); // issuer
+    d.extend_from_slice(&[0x30, 0x22, 0x18, 0x0f]);
+    d.extend_from_slice(b"00010101000000Z");
+    d.extend_from_slice(&[0x18, 0x0f]);
+    d.extend_from_slice(b"00010101000000Z");
+    d.extend_from_slice(&[0x30, 0x00]); // subject
+    d.extend_from_slice(&[
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ]);
+    d.extend_from_slice(public);
+    d.extend_from_slice(&[0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x41, 0x00]);
+    d.resize(178, 0);
+    d.try_into().expect("178 bytes")
+}
+
+/// The server's certificate key and template.
+pub struct Temporary {
+    key: Ed25519KeyPair,
+    der: [u8; 178],
+}
+
+impl Temporary {
+    /// A fresh key.
+    pub fn generate() -> Temporary {
+        let mut seed = [0u8; 32];
+        crate::common::rand::fill(&mut seed);
+        Temporary::from_seed(&seed)
+    }
+
+    pub fn from_seed(seed: &[u8; 32]) -> Temporary {
+        let key = Ed25519KeyPair::from_seed_unchecked(seed).expect("32-byte seed");
+        let public: [u8; 32] = key.public_key().as_ref().try_into().expect("32 bytes");
+        Temporary {
+            der: template(&public),
+            key,
+        }
+    }
+
+    pub fn public(&self) -> &[u8] {
+        &self.der[PUB]
+    }
+
+    /// The certificate for one connection.
+    pub fn der(&self, auth: &[u8; 32]) -> [u8; 178] {
+        let mut d = self.der;
+        d[SIG].copy_from_slice(&keys::cert_hmac(auth, self.public()));
+        d
+    }
+
+    /// A genuine Ed25519 signature (for CertificateVerify).
+    pub fn sign(&self, msg: &[u8]) -> [u8; 64] {
+        self.key.sign(msg).as_ref().try_into().expect("64 bytes")
+    }
+}
+
+/// Client side: the certificate is a REALITY one for this auth key (Ed25519 key at the template
+/// offsets, signature field = HMAC of it). Returns the Ed25519 public key.
+pub fn verify(der: &[u8], auth: &[u8; 32]) -> Option<[u8; 32]> {
+    // The Ed25519 SubjectPublicKeyInfo: find it rather than trust fixed offsets, since a
+    // server may send the ML-DSA variant with an extension.
+    const SPKI: [u8; 12] = [
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    let at = der.windows(SPKI.len()).position(|w| w == SPKI)? + SPKI.len();
+    let public: [u8; 32] = der.get(at..at + 32)?.try_into().ok()?;
+    let sig = der.get(der.len().checked_sub(64)?..)?;
+    let want = keys::cert_hmac(auth, &public);
+    aws_lc_rs::constant_time::verify_slices_are_equal(sig, &want).ok()?;
+    Some(public)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// transports2.md §1.4: 178 bytes, the layout byte for byte, the key and HMAC where the
+    /// spec puts them, and x509 parsers accept it.
+    #[test]
+    fn the_certificate_is_gos_der_byte_for_byte() {
+        let seed: [u8; 32] = (0x10..=0x2f).collect::<Vec<u8>>().try_into().unwrap();
+        let t = Temporary::from_seed(&seed);
+        let public = t.public().to_vec();
+        assert_eq!(
+            crate::transport::tls::hex(&public),
+            "7776e870b93354f2a0b24c23f2a36cc4e80e223218c1b97926fdd018396a2b9b"
+        );
+        let auth = [9u8; 32];
+        let der = t.der(&auth);
+        let mut want = String::from("3081af3063a003020102020100300506032b65703000");
+        want += "3022180f3030303130313031303030303030305a180f3030303130313031303030303030305a";
+        want += "3000302a300506032b6570032100";
+        want += &crate::transport::tls::hex(&public);
+        want += "300506032b6570034100";
+        want += &crate::transport::tls::hex(&keys::cert_hmac(&auth, &public));
+        assert_eq!(crate::transport::tls::hex(&der), want);
+        assert_eq!(verify(&der, &auth).unwrap().to_vec(), public);
+        assert_eq!(verify(&der, &[8u8; 32]), None);
+        // webpki parses it as a certificate (the client side of rustls-based peers would).
+        let c = rustls_pki_types::CertificateDer::from(der.to_vec());
+        assert!(webpki::EndEntityCert::try_from(&c).is_ok());
+    }
+}

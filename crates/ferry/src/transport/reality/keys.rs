@@ -1,0 +1,443 @@
+//! HKDF, the TLS 1.3 key schedule (RFC 8446 §7.1) and REALITY's auth key, on aws-lc-rs. HKDF is
+//! written out over HMAC because the schedule needs its pseudo-random keys as bytes.
+
+use aws_lc_rs::{aead, agreement, digest, hmac};
+
+/// A TLS 1.3 cipher suite REALITY speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suite {
+    Aes128Gcm,
+    Aes256Gcm,
+    Chacha20Poly1305,
+}
+
+impl Suite {
+    pub fn from_id(id: u16) -> Option<Suite> {
+        match id {
+            0x1301 => Some(Suite::Aes128Gcm),
+            0x1302 => Some(Suite::Aes256Gcm),
+            0x1303 => Some(Suite::Chacha20Poly1305),
+            _ => None,
+        }
+    }
+
+    pub fn id(self) -> u16 {
+        match self {
+            Suite::Aes128Gcm => 0x1301,
+            Suite::Aes256Gcm => 0x1302,
+            Suite::Chacha20Poly1305 => 0x1303,
+        }
+    }
+
+    pub fn hash(self) -> Hash {
+        match self {
+            Suite::Aes256Gcm => Hash::Sha384,
+            _ => Hash::Sha256,
+        }
+    }
+
+    fn aead(self) -> &'static aead::Algorithm {
+        match self {
+            Suite::Aes128Gcm => &aead::AES_128_GCM,
+            Suite::Aes256Gcm => &aead::AES_256_GCM,
+            Suite::Chacha20Poly1305 => &aead::CHACHA20_POLY1305,
+        }
+    }
+}
+
+/// The hash of a suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hash {
+    Sha256,
+    Sha384,
+}
+
+impl Hash {
+    pub fn len(self) -> usize {
+        match self {
+            Hash::Sha256 => 32,
+            Hash::Sha384 => 48,
+        }
+    }
+
+    fn digest(self) -> &'static digest::Algorithm {
+        match self {
+            Hash::Sha256 => &digest::SHA256,
+            Hash::Sha384 => &digest::SHA384,
+        }
+    }
+
+    fn hmac(self) -> hmac::Algorithm {
+        match self {
+            Hash::Sha256 => hmac::HMAC_SHA256,
+            Hash::Sha384 => hmac::HMAC_SHA384,
+        }
+    }
+
+    pub fn hash(self, data: &[u8]) -> Vec<u8> {
+        digest::digest(self.digest(), data).as_ref().to_vec()
+    }
+
+    pub fn mac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+        let k = hmac::Key::new(self.hmac(), key);
+        hmac::sign(&k, data).as_ref().to_vec()
+    }
+
+    /// HKDF-Extract.
+    pub fn extract(self, salt: &[u8], ikm: &[u8]) -> Vec<u8> {
+        let zeros = vec![0u8; self.len()];
+        self.mac(if salt.is_empty() { &zeros } else { salt }, ikm)
+    }
+
+    /// HKDF-Expand to `len` bytes.
+    pub fn expand(self, prk: &[u8], info: &[u8], len: usize) -> Vec<u8> {
+        let k = hmac::Key::new(self.hmac(), prk);
+        let mut out = Vec::with_capacity(len + self.len());
+        let mut t: Vec<u8> = Vec::new();
+        let mut i = 1u8;
+        while out.len() < len {
+            let mut c = hmac::Context::with_key(&k);
+            c.update(&t);
+            c.update(info);
+            c.update(&[i]);
+            t = c.sign().as_ref().to_vec();
+            out.extend_from_slice(&t);
+            i += 1;
+        }
+        out.truncate(len);
+        out
+    }
+
+    /// HKDF-Expand-Label (RFC 8446 §7.1).
+    pub fn expand_label(self, secret: &[u8], label: &str, context: &[u8], len: usize) -> Vec<u8> {
+        let mut info = Vec::with_capacity(4 + 6 + label.len() + context.len());
+        info.extend_from_slice(&(len as u16).to_be_bytes());
+        info.push((6 + label.len()) as u8);
+        info.extend_from_slice(b"tls13 ");
+        info.extend_from_slice(label.as_bytes());
+        info.push(context.len() as u8);
+        info.extend_from_slice(context);
+        self.expand(secret, &info, len)
+    }
+
+    /// Derive-Secret with a transcript hash already computed.
+    pub fn derive(self, secret: &[u8], label: &str, transcript_hash: &[u8]) -> Vec<u8> {
+        self.expand_label(secret, label, transcript_hash, self.len())
+    }
+}
+
+/// The running hash of the handshake messages.
+#[derive(Clone)]
+pub struct Transcript {
+    ctx: digest::Context,
+}
+
+impl Transcript {
+    pub fn new(hash: Hash) -> Transcript {
+        Transcript {
+            ctx: digest::Context::new(hash.digest()),
+        }
+    }
+
+    pub fn add(&mut self, msg: &[u8]) {
+        self.ctx.update(msg);
+    }
+
+    /// The hash of everything added so far.
+    pub fn current(&self) -> Vec<u8> {
+        self.ctx.clone().finish().as_ref().to_vec()
+    }
+}
+
+/// The handshake and application secrets of one connection.
+pub struct Schedule {
+    pub suite: Suite,
+    handshake_secret: Vec<u8>,
+    pub client_hs: Vec<u8>,
+    pub server_hs: Vec<u8>,
+}
+
+impl Schedule {
+    /// From the (EC)DHE shared secret and the hash of ClientHello..ServerHello.
+    pub fn new(suite: Suite, shared: &[u8], hello_hash: &[u8]) -> Schedule {
+        let h = suite.hash();
+        let zeros = vec![0u8; h.len()];
+        let early = h.extract(&zeros, &zeros);
+        let derived = h.derive(&early, "derived", &h.hash(&[]));
+        let hs = h.extract(&derived, shared);
+        Schedule {
+            suite,
+            client_hs: h.derive(&hs, "c hs traffic", hello_hash),
+            server_hs: h.derive(&hs, "s hs traffic", hello_hash),
+            handshake_secret: hs,
+        }
+    }
+
+    /// The application traffic secrets (client, server) from the hash of
+    /// ClientHello..server Finished.
+    pub fn application(&self, hash: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let h = self.suite.hash();
+        let zeros = vec![0u8; h.len()];
+        let derived = h.derive(&self.handshake_secret, "derived", &h.hash(&[]));
+        let master = h.extract(&derived, &zeros);
+        (
+            h.derive(&master, "c ap traffic", hash),
+            h.derive(&master, "s ap traffic", hash),
+        )
+    }
+
+    /// The Finished verify_data of the side whose handshake secret is `base`.
+    pub fn finished(&self, base: &[u8], transcript_hash: &[u8]) -> Vec<u8> {
+        let h = self.suite.hash();
+        let key = h.expand_label(base, "finished", &[], h.len());
+        h.mac(&key, transcript_hash)
+    }
+}
+
+/// An AEAD key and IV of one direction (RFC 8446 §5.3): the nonce is the IV XOR the record
+/// sequence number.
+pub struct TrafficKey {
+    key: aead::LessSafeKey,
+    iv: [u8; 12],
+    seq: u64,
+}
+
+impl TrafficKey {
+    pub fn new(suite: Suite, secret: &[u8]) -> TrafficKey {
+        let h = suite.hash();
+        let alg = suite.aead();
+        let k = h.expand_label(secret, "key", &[], alg.key_len());
+        let iv = h.expand_label(secret, "iv", &[], 12);
+        let mut ivb = [0u8; 12];
+        ivb.copy_from_slice(&iv);
+        TrafficKey {
+            key: aead::LessSafeKey::new(aead::UnboundKey::new(alg, &k).expect("key length")),
+            iv: ivb,
+            seq: 0,
+        }
+    }
+
+    fn nonce(&mut self) -> aead::Nonce {
+        let mut n = self.iv;
+        for (i, b) in self.seq.to_be_bytes().iter().enumerate() {
+            n[4 + i] ^= b;
+        }
+        self.seq += 1;
+        aead::Nonce::assume_unique_for_key(n)
+    }
+
+    /// Encrypts `buf` in place with `aad`, returning the tag.
+    pub fn seal(&mut self, aad: &[u8], buf: &mut [u8]) -> [u8; 16] {
+        let n = self.nonce();
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(n, aead::Aad::from(aad), buf)
+            .expect("TLS record within AEAD limits");
+        let mut t = [0u8; 16];
+        t.copy_from_slice(tag.as_ref());
+        t
+    }
+
+    /// Decrypts `buf` (ciphertext then tag) in place; returns the plaintext length.
+    pub fn open(&mut self, aad: &[u8], buf: &mut [u8]) -> Option<usize> {
+        let n = self.nonce();
+        self.key
+            .open_in_place(n, aead::Aad::from(aad), buf)
+            .ok()
+            .map(|p| p.len())
+    }
+}
+
+/// The X25519 public key of `private`.
+pub fn x25519_public(private: &[u8; 32]) -> [u8; 32] {
+    let k = agreement::PrivateKey::from_private_key(&agreement::X25519, private)
+        .expect("32-byte X25519 key");
+    let p = k.compute_public_key().expect("X25519 public key");
+    let mut out = [0u8; 32];
+    out.copy_from_slice(p.as_ref());
+    out
+}
+
+/// X25519(private, peer); `None` for a bad peer key (all-zero result included).
+pub fn x25519(private: &[u8; 32], peer: &[u8]) -> Option<[u8; 32]> {
+    let k = agreement::PrivateKey::from_private_key(&agreement::X25519, private).ok()?;
+    let peer = agreement::UnparsedPublicKey::new(&agreement::X25519, peer);
+    agreement::agree(&k, peer, (), |s| {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(s);
+        Ok(out)
+    })
+    .ok()
+    .filter(|s| s.iter().any(|b| *b != 0))
+}
+
+/// REALITY's auth key: HKDF-SHA256(shared, salt = random[..20], info = "REALITY"), 32 bytes.
+pub fn auth_key(shared: &[u8; 32], random: &[u8; 32]) -> [u8; 32] {
+    let h = Hash::Sha256;
+    let prk = h.extract(&random[..20], shared);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&h.expand(&prk, b"REALITY", 32));
+    out
+}
+
+/// The session id the client sends: AES-256-GCM(auth key) over the 16-byte plaintext, nonce =
+/// random[20..], AAD = the ClientHello with its session id zeroed. 16 bytes ciphertext + tag.
+pub fn seal_session_id(
+    auth: &[u8; 32],
+    random: &[u8; 32],
+    plain: &[u8; 16],
+    aad: &[u8],
+) -> [u8; 32] {
+    let key = aead::LessSafeKey::new(aead::UnboundKey::new(&aead::AES_256_GCM, auth).expect("32"));
+    let mut n = [0u8; 12];
+    n.copy_from_slice(&random[20..]);
+    let mut buf = *plain;
+    let tag = key
+        .seal_in_place_separate_tag(
+            aead::Nonce::assume_unique_for_key(n),
+            aead::Aad::from(aad),
+            &mut buf,
+        )
+        .expect("16 bytes");
+    let mut out = [0u8; 32];
+    out[..16].copy_from_slice(&buf);
+    out[16..].copy_from_slice(tag.as_ref());
+    out
+}
+
+/// Opens a session id sealed by [`seal_session_id`]; `None` when it was not.
+pub fn open_session_id(
+    auth: &[u8; 32],
+    random: &[u8; 32],
+    sid: &[u8; 32],
+    aad: &[u8],
+) -> Option<[u8; 16]> {
+    let key = aead::LessSafeKey::new(aead::UnboundKey::new(&aead::AES_256_GCM, auth).ok()?);
+    let mut n = [0u8; 12];
+    n.copy_from_slice(&random[20..]);
+    let mut buf = *sid;
+    let p = key
+        .open_in_place(
+            aead::Nonce::assume_unique_for_key(n),
+            aead::Aad::from(aad),
+            &mut buf,
+        )
+        .ok()?;
+    let mut out = [0u8; 16];
+    out.copy_from_slice(p);
+    Some(out)
+}
+
+/// HMAC-SHA512(auth key, msg): the signature of REALITY's temporary certificate.
+pub fn cert_hmac(auth: &[u8; 32], msg: &[u8]) -> [u8; 64] {
+    let k = hmac::Key::new(hmac::HMAC_SHA512, auth);
+    let mut out = [0u8; 64];
+    out.copy_from_slice(hmac::sign(&k, msg).as_ref());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn range(a: u8, b: u8) -> Vec<u8> {
+        (a..=b).collect()
+    }
+
+    /// transports2.md §1.2's test vector: shared secret, AuthKey, session id, HMAC.
+    #[test]
+    fn the_spec_vector_holds() {
+        let server_priv: [u8; 32] = range(1, 0x20).try_into().unwrap();
+        let server_pub = x25519_public(&server_priv);
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        assert_eq!(
+            b64.encode(server_priv),
+            "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA"
+        );
+        assert_eq!(
+            b64.encode(server_pub),
+            "B6N8vBQgk8i3VdwbEOhstCY3StFqqFPtC9_AsrhtHHw"
+        );
+        let client_priv: [u8; 32] = range(0x40, 0x5f).try_into().unwrap();
+        assert_eq!(
+            x25519_public(&client_priv).to_vec(),
+            unhex("79a631eede1bf9c98f12032cdeadd0e7a079398fc786b88cc846ec89af85a51a")
+        );
+        let shared = x25519(&client_priv, &server_pub).unwrap();
+        assert_eq!(
+            shared.to_vec(),
+            unhex("ae4440cc8d7faddb2894172b78e3d745cafa0098bcc10d7ee0fda08fa85a9a2e")
+        );
+        // Both ends agree.
+        assert_eq!(
+            x25519(&server_priv, &x25519_public(&client_priv)).unwrap(),
+            shared
+        );
+        let random: [u8; 32] = range(0xa0, 0xbf).try_into().unwrap();
+        let auth = auth_key(&shared, &random);
+        assert_eq!(
+            auth.to_vec(),
+            unhex("9a8772d2d41e16f1b1887a0538992a2ebc54492c2cdd4acfdb04591373ad8c33")
+        );
+        let mut aad = unhex("0100004b 0303");
+        aad.extend_from_slice(&random);
+        aad.push(0x20);
+        aad.extend_from_slice(&[0u8; 32]);
+        aad.extend_from_slice(&unhex("0002 1301 0100 0000"));
+        let plain: [u8; 16] = unhex("1a071c00 6a000000 0123456789abcdef")
+            .try_into()
+            .unwrap();
+        let sid = seal_session_id(&auth, &random, &plain, &aad);
+        assert_eq!(
+            sid.to_vec(),
+            unhex("4184e4c7b986c87fee5924557b1f386dc04e06912ddcad96653217c0b992f608")
+        );
+        assert_eq!(open_session_id(&auth, &random, &sid, &aad), Some(plain));
+        let mut bad = aad.clone();
+        bad[10] ^= 1;
+        assert_eq!(open_session_id(&auth, &random, &sid, &bad), None);
+        let pubkey = unhex("7776e870b93354f2a0b24c23f2a36cc4e80e223218c1b97926fdd018396a2b9b");
+        assert_eq!(
+            cert_hmac(&auth, &pubkey).to_vec(),
+            unhex(
+                "0845a51a43173938a0fcc32f924d958f1dfb407f0faae649d1524a12aad9fdaa
+                 f5774d3617d970ff6dc9bda7a34e137762da3eaf151a6d328d6cf278837d36cb"
+            )
+        );
+    }
+
+    /// RFC 8448 §3 (simple 1-RTT): the handshake and application secrets from its shared key.
+    #[test]
+    fn the_key_schedule_matches_rfc8448() {
+        let shared = unhex("8b d4 05 4f b5 5b 9d 63 fd fb ac f9 f0 4b 9f 0d 35 e6 d6 3f 53 75 63 ef d4 62 72 90 0f 89 49 2d");
+        let hello_hash = unhex("86 0c 06 ed c0 78 58 ee 8e 78 f0 e7 42 8c 58 ed d6 b4 3f 2c a3 e6 e9 5f 02 ed 06 3c f0 e1 ca d8");
+        let s = Schedule::new(Suite::Aes128Gcm, &shared, &hello_hash);
+        assert_eq!(
+            s.client_hs,
+            unhex("b3 ed db 12 6e 06 7f 35 a7 80 b3 ab f4 5e 2d 8f 3b 1a 95 07 38 f5 2e 96 00 74 6a 0e 27 a5 5a 21")
+        );
+        assert_eq!(
+            s.server_hs,
+            unhex("b6 7b 7d 69 0c c1 6c 4e 75 e5 42 13 cb 2d 37 b4 e9 c9 12 bc de d9 10 5d 42 be fd 59 d3 91 ad 38")
+        );
+        let fin_hash = unhex("96 08 10 2a 0f 1c cc 6d b6 25 0b 7b 7e 41 7b 1a 00 0e aa da 3a aa e4 77 7a 76 86 c9 ff 83 df 13");
+        let (c, sv) = s.application(&fin_hash);
+        assert_eq!(
+            c,
+            unhex("9e 40 64 6c ce 79 a1 27 9a 4b 4e 04 2a 13 5a 0c 0a 09 0b 5f ab c9 f1 e6 e3 4c a9 d4 5a 0d 0d 1c")
+        );
+        assert_eq!(
+            sv,
+            unhex("a1 1a f9 f0 55 31 f8 56 ad 47 11 6b 45 a9 50 32 82 04 b4 f4 4b fb 6b 3a 4b 4f 1f 3f cb 63 16 43")
+        );
+    }
+}

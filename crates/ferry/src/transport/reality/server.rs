@@ -1,0 +1,582 @@
+//! The server's accept path (transports2.md §1.3): dial the target, mirror the client's
+//! ClientHello to it, authenticate; a stranger is spliced to the target and sees the real site
+//! byte for byte; our client gets a TLS 1.3 handshake built on the target's own ServerHello,
+//! each encrypted record padded to the length of the target's, with the HMAC-signed temporary
+//! certificate.
+//!
+//! The decisions are pure functions ([`authenticate`], [`TargetFlight::parse`], [`respond`])
+//! that tests drive with bytes; [`Server::accept`] only moves bytes between sockets.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::cert::Temporary;
+use super::client::verify_content;
+use super::hello::{self, ClientHello, ServerHello};
+use super::keys::{self, Schedule, Suite, TrafficKey, Transcript};
+use super::record;
+use super::stream::Direction;
+use super::{RealityStream, ServerSettings};
+use crate::session::ConnInfo;
+use crate::transport::{BoxStream, Dialer, SocketDialer};
+
+/// Largest ClientHello the server waits for (Chrome's with ML-KEM is ~1.9 KB).
+const MAX_HELLO: usize = 16 * 1024;
+/// Largest first flight read from the target (Xray reads it into an 8 KiB buffer).
+const MAX_FLIGHT: usize = 8192;
+/// An encrypted record of the target longer than this is the whole flight in one record.
+const COMBINED: usize = 512;
+
+/// The server side of a REALITY inbound.
+pub struct Server {
+    pub settings: ServerSettings,
+    cert: Temporary,
+}
+
+/// Why a ClientHello is not one of ours (logged; the connection goes to the target).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stranger {
+    NotTls13,
+    Sni(Option<String>),
+    NoX25519Share,
+    SessionId,
+    Version([u8; 3]),
+    Time(i64),
+    ShortId([u8; 8]),
+}
+
+impl std::fmt::Display for Stranger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stranger::NotTls13 => f.write_str("no TLS 1.3 offered"),
+            Stranger::Sni(s) => write!(f, "server name {s:?} not in serverNames"),
+            Stranger::NoX25519Share => f.write_str("no X25519 key share"),
+            Stranger::SessionId => f.write_str("session id not sealed for this key"),
+            Stranger::Version(v) => write!(
+                f,
+                "client version {}.{}.{} outside the window",
+                v[0], v[1], v[2]
+            ),
+            Stranger::Time(d) => write!(f, "client clock {d} ms off"),
+            Stranger::ShortId(s) => {
+                write!(f, "short id {} not listed", crate::transport::tls::hex(s))
+            }
+        }
+    }
+}
+
+/// What an authenticated ClientHello carries.
+#[derive(Debug)]
+pub struct Authenticated {
+    pub auth: [u8; 32],
+    pub version: [u8; 3],
+    pub short_id: [u8; 8],
+}
+
+/// Checks a ClientHello in Xray's order: TLS 1.3, SNI, key share, session id, version window,
+/// time, short id. `now_ms`: our clock.
+pub fn authenticate(
+    ch: &ClientHello,
+    s: &ServerSettings,
+    now_ms: i64,
+) -> Result<Authenticated, Stranger> {
+    if !ch.versions.contains(&hello::TLS13) {
+        return Err(Stranger::NotTls13);
+    }
+    let sni = ch.sni.clone().unwrap_or_default();
+    if !s.server_names.iter().any(|n| *n == sni) {
+        return Err(Stranger::Sni(ch.sni.clone()));
+    }
+    let peer = match ch.share(hello::X25519).filter(|k| k.len() == 32) {
+        Some(k) => k,
+        None => match ch.share(hello::X25519MLKEM768) {
+            Some(k) if k.len() == hello::MLKEM_CLIENT_SHARE => &k[1184..],
+            _ => return Err(Stranger::NoX25519Share),
+        },
+    };
+    let shared = keys::x25519(&s.private_key, peer).ok_or(Stranger::NoX25519Share)?;
+    let auth = keys::auth_key(&shared, &ch.random);
+    let aad = ch.zeroed_session_id().ok_or(Stranger::SessionId)?;
+    let sid: [u8; 32] = ch
+        .session_id
+        .as_slice()
+        .try_into()
+        .map_err(|_| Stranger::SessionId)?;
+    let plain = keys::open_session_id(&auth, &ch.random, &sid, &aad).ok_or(Stranger::SessionId)?;
+    let version = [plain[0], plain[1], plain[2]];
+    let v = |x: [u8; 3]| u32::from_be_bytes([0, x[0], x[1], x[2]]);
+    if s.min_client_ver.is_some_and(|m| v(version) < v(m))
+        || s.max_client_ver.is_some_and(|m| v(version) > v(m))
+    {
+        return Err(Stranger::Version(version));
+    }
+    if let Some(max) = s.max_time_diff {
+        let t = u32::from_be_bytes([plain[4], plain[5], plain[6], plain[7]]) as i64 * 1000;
+        let d = now_ms - t;
+        if d.unsigned_abs() > max.as_millis() as u64 {
+            return Err(Stranger::Time(d));
+        }
+    }
+    let short_id: [u8; 8] = plain[8..].try_into().expect("8");
+    if !s.short_ids.contains(&short_id) {
+        return Err(Stranger::ShortId(short_id));
+    }
+    Ok(Authenticated {
+        auth,
+        version,
+        short_id,
+    })
+}
+
+/// The target's first flight, as REALITY requires it (§1.3 step 5).
+#[derive(Debug)]
+pub struct TargetFlight {
+    pub server_hello: ServerHello,
+    /// The record header of the ServerHello record.
+    pub sh_header: [u8; 5],
+    /// Total lengths (header included) of the encrypted records: one (combined) or four
+    /// (EncryptedExtensions, Certificate, CertificateVerify, Finished), then the ticket's if
+    /// it came in the same read.
+    pub lengths: Vec<usize>,
+    pub combined: bool,
+    pub ticket: Option<usize>,
+}
+
+/// Why the target's flight cannot be imitated.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FlightError {
+    /// The first record is not a TLS 1.3 ServerHello Ferry can answer on: the client is
+    /// spliced to the target like a prober.
+    NotServerHello(&'static str),
+    /// A later record breaks the shape: close.
+    Shape(&'static str),
+}
+
+impl TargetFlight {
+    /// Parses what the target sent so far: `Ok(None)` while more is needed.
+    pub fn parse(b: &[u8]) -> Result<Option<TargetFlight>, FlightError> {
+        use FlightError::*;
+        let Some(n0) = record::complete(b) else {
+            if b.len() >= 5
+                && (b[0] != record::HANDSHAKE || record::header(b).unwrap().1 > MAX_FLIGHT)
+            {
+                return Err(NotServerHello("first record"));
+            }
+            return Ok(None);
+        };
+        if b[0] != record::HANDSHAKE || b[1..3] != [3, 3] {
+            return Err(NotServerHello("first record"));
+        }
+        let sh = ServerHello::parse(&b[5..n0]).map_err(|e| NotServerHello(e.0))?;
+        if sh.version != Some(hello::TLS13) || Suite::from_id(sh.suite).is_none() {
+            return Err(NotServerHello("not TLS 1.3"));
+        }
+        match (sh.group, sh.share.len()) {
+            (hello::X25519, 32) | (hello::X25519MLKEM768, hello::MLKEM_SERVER_SHARE) => {}
+            _ => return Err(NotServerHello("key share group")),
+        }
+        let mut at = n0;
+        let Some(n1) = record::complete(&b[at..]) else {
+            return Ok(None);
+        };
+        if b[at..at + n1] != [20, 3, 3, 0, 1, 1] {
+            return Err(Shape("no ChangeCipherSpec"));
+        }
+        at += n1;
+        let mut lengths = Vec::new();
+        let mut combined = false;
+        while lengths.len() < 4 {
+            let Some(n) = record::complete(&b[at..]) else {
+                if b.len() - at >= 5 && record::header(&b[at..]).unwrap().1 > MAX_FLIGHT {
+                    return Err(Shape("record too long"));
+                }
+                return Ok(None);
+            };
+            if b[at] != record::APPLICATION_DATA {
+                return Err(Shape("not application data"));
+            }
+            lengths.push(n);
+            at += n;
+            if lengths.len() == 1 && n > COMBINED {
+                combined = true;
+                break;
+            }
+        }
+        let ticket = record::complete(&b[at..]).filter(|_| b[at] == record::APPLICATION_DATA);
+        Ok(Some(TargetFlight {
+            sh_header: b[..5].try_into().expect("5"),
+            server_hello: sh,
+            lengths,
+            combined,
+            ticket,
+        }))
+    }
+}
+
+/// The handshake the server sends an authenticated client, and what it needs to go on.
+pub struct Answer {
+    pub bytes: Vec<u8>,
+    pub suite: Suite,
+    pub transcript: Transcript,
+    pub schedule: Schedule,
+    /// The server's application direction (its sequence number past the fake ticket).
+    pub write: Direction,
+}
+
+fn pad_to(total: usize, content: usize) -> Result<usize, FlightError> {
+    (total)
+        .checked_sub(record::HEADER + content + 1 + record::TAG)
+        .ok_or(FlightError::Shape(
+            "our handshake message is longer than the target's record",
+        ))
+}
+
+/// Builds the answer to an authenticated ClientHello on top of the target's flight.
+pub fn respond(
+    ch: &ClientHello,
+    a: &Authenticated,
+    t: &TargetFlight,
+    cert: &Temporary,
+) -> Result<Answer, FlightError> {
+    use FlightError::Shape;
+    let suite = Suite::from_id(t.server_hello.suite).expect("checked in parse");
+    let mut sh = t.server_hello.raw.clone();
+    let share = t.server_hello.share.clone();
+    let mut eph = [0u8; 32];
+    crate::common::rand::fill(&mut eph);
+    let eph_pub = keys::x25519_public(&eph);
+    let shared = match t.server_hello.group {
+        hello::X25519 => {
+            let peer = ch
+                .share(hello::X25519)
+                .ok_or(Shape("client has no X25519 share"))?;
+            sh[share].copy_from_slice(&eph_pub);
+            keys::x25519(&eph, peer)
+                .ok_or(Shape("bad client share"))?
+                .to_vec()
+        }
+        _ => {
+            use aws_lc_rs::kem::{EncapsulationKey, ML_KEM_768};
+            let peer = ch
+                .share(hello::X25519MLKEM768)
+                .filter(|k| k.len() == hello::MLKEM_CLIENT_SHARE)
+                .ok_or(Shape("client has no X25519MLKEM768 share"))?;
+            let ek = EncapsulationKey::new(&ML_KEM_768, &peer[..1184])
+                .map_err(|_| Shape("bad ML-KEM key"))?;
+            let (ct, ss) = ek.encapsulate().map_err(|_| Shape("ML-KEM"))?;
+            sh[share.start..share.start + 1088].copy_from_slice(ct.as_ref());
+            sh[share.start + 1088..share.end].copy_from_slice(&eph_pub);
+            let mut s = ss.as_ref().to_vec();
+            s.extend_from_slice(
+                &keys::x25519(&eph, &peer[1184..]).ok_or(Shape("bad client share"))?,
+            );
+            s
+        }
+    };
+    let mut transcript = Transcript::new(suite.hash());
+    transcript.add(&ch.raw);
+    transcript.add(&sh);
+    let schedule = Schedule::new(suite, &shared, &transcript.current());
+
+    let mut ee = Vec::new();
+    hello::message(hello::ENCRYPTED_EXTENSIONS, &[0, 0], &mut ee);
+    transcript.add(&ee);
+    let der = cert.der(&a.auth);
+    let mut body = vec![0u8];
+    let entry_len = 3 + der.len() + 2;
+    body.extend_from_slice(&(entry_len as u32).to_be_bytes()[1..]);
+    body.extend_from_slice(&(der.len() as u32).to_be_bytes()[1..]);
+    body.extend_from_slice(&der);
+    body.extend_from_slice(&[0, 0]);
+    let mut certificate = Vec::new();
+    hello::message(hello::CERTIFICATE, &body, &mut certificate);
+    transcript.add(&certificate);
+    let sig = cert.sign(&verify_content(true, &transcript.current()));
+    let mut cv_body = vec![0x08, 0x07, 0, 64];
+    cv_body.extend_from_slice(&sig);
+    let mut cv = Vec::new();
+    hello::message(hello::CERTIFICATE_VERIFY, &cv_body, &mut cv);
+    transcript.add(&cv);
+    let mut fin = Vec::new();
+    hello::message(
+        hello::FINISHED,
+        &schedule.finished(&schedule.server_hs, &transcript.current()),
+        &mut fin,
+    );
+    transcript.add(&fin);
+
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(&t.sh_header[..3]);
+    out.extend_from_slice(&(sh.len() as u16).to_be_bytes());
+    out.extend_from_slice(&sh);
+    out.extend_from_slice(&[20, 3, 3, 0, 1, 1]);
+    let mut key = TrafficKey::new(suite, &schedule.server_hs);
+    if t.combined {
+        let all = [ee, certificate, cv, fin].concat();
+        record::seal(
+            &mut key,
+            record::HANDSHAKE,
+            &all,
+            pad_to(t.lengths[0], all.len())?,
+            &mut out,
+        );
+    } else {
+        for (m, len) in [ee, certificate, cv, fin].iter().zip(&t.lengths) {
+            record::seal(
+                &mut key,
+                record::HANDSHAKE,
+                m,
+                pad_to(*len, m.len())?,
+                &mut out,
+            );
+        }
+    }
+    let (_, s_ap) = schedule.application(&transcript.current());
+    let mut write = Direction::new(suite, s_ap);
+    if let Some(len) = t.ticket {
+        // Where the target sent a ticket, an empty application-data record of its length.
+        record::seal(
+            &mut write.key,
+            record::APPLICATION_DATA,
+            &[],
+            pad_to(len, 0)?,
+            &mut out,
+        );
+    }
+    Ok(Answer {
+        bytes: out,
+        suite,
+        transcript,
+        schedule,
+        write,
+    })
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64
+}
+
+fn closed(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, format!("REALITY: {msg}"))
+}
+
+impl Server {
+    pub fn new(settings: ServerSettings) -> Result<Server, String> {
+        Ok(Server {
+            settings,
+            cert: Temporary::generate(),
+        })
+    }
+
+    /// Hands the client to the target for good: what the target sent so far (`s2c`) first,
+    /// then both ways until either side ends. Runs outside the handshake timeout.
+    fn splice_to_target(&self, client: BoxStream, mut target: BoxStream, s2c: Vec<u8>) {
+        let up = self.settings.limit_upload;
+        let down = self.settings.limit_download;
+        tokio::spawn(async move {
+            let mut client = client;
+            if !s2c.is_empty() && client.write_all(&s2c).await.is_err() {
+                return;
+            }
+            if up.bytes_per_sec > 0 || down.bytes_per_sec > 0 {
+                let (cr, cw) = tokio::io::split(client);
+                let (tr, tw) = tokio::io::split(target);
+                let _ = tokio::join!(limited_copy(cr, tw, up), limited_copy(tr, cw, down));
+                return;
+            }
+            let _ = &mut target;
+            let opts = crate::relay::RelayOpts {
+                uplink_only: Duration::from_secs(300),
+                downlink_only: Duration::from_secs(300),
+                ..Default::default()
+            };
+            let counters = crate::relay::Counters::default();
+            let _ = crate::relay::run(client, target, &opts, &counters).await;
+        });
+    }
+
+    /// Serves one accepted connection.
+    pub async fn accept(
+        self: Arc<Self>,
+        mut client: BoxStream,
+        info: &mut ConnInfo,
+    ) -> io::Result<RealityStream> {
+        let s = &self.settings;
+        let dialer = SocketDialer {
+            opts: Default::default(),
+        };
+        let mut target = dialer
+            .dial_tcp(&s.target)
+            .await
+            .map_err(|e| closed(format!("target {} unreachable: {e}", s.target)))?;
+        if s.xver > 0 {
+            let h = crate::transport::proxy_protocol::encode(s.xver, &info.source, &info.local);
+            target.write_all(&h).await?;
+        }
+        // Mirror the client's first flight to the target until the ClientHello is whole.
+        let mut c2s = Vec::with_capacity(2048);
+        let mut buf = vec![0u8; 4096];
+        let parsed = loop {
+            let n = client.read(&mut buf).await?;
+            if n == 0 {
+                // Gone before a whole hello: the target sees the same end.
+                let _ = target.shutdown().await;
+                self.splice_to_target(client, target, Vec::new());
+                return Err(closed("client closed before its ClientHello".into()));
+            }
+            target.write_all(&buf[..n]).await?;
+            c2s.extend_from_slice(&buf[..n]);
+            match hello::message_from_records(&c2s, MAX_HELLO) {
+                Ok(Some(m)) => break Some(m),
+                Ok(None) if c2s.len() < MAX_HELLO + 1024 => continue,
+                Ok(None) | Err(_) => break None,
+            }
+        };
+        drop(buf);
+        let outcome = match &parsed {
+            None => Err("not a TLS ClientHello".to_string()),
+            Some((msg, _)) => match ClientHello::parse(msg) {
+                Err(e) => Err(e.to_string()),
+                Ok(ch) => match authenticate(&ch, s, now_ms()) {
+                    Ok(a) => Ok((ch, a)),
+                    Err(why) => Err(why.to_string()),
+                },
+            },
+        };
+        let (ch, auth) = match outcome {
+            Ok(x) => x,
+            Err(why) => {
+                self.splice_to_target(client, target, Vec::new());
+                return Err(closed(format!("{why}: relayed to the target")));
+            }
+        };
+        let after_hello = c2s[parsed.as_ref().expect("parsed").1..].to_vec();
+        drop(c2s);
+        info.sni = ch.sni.as_deref().map(Arc::from);
+
+        // The target's first flight.
+        let mut s2c = Vec::with_capacity(MAX_FLIGHT);
+        let flight = loop {
+            match TargetFlight::parse(&s2c) {
+                Ok(Some(f)) => break f,
+                Ok(None) if s2c.len() < MAX_FLIGHT => {}
+                Ok(None) => return Err(closed("target's first flight too long".into())),
+                Err(FlightError::NotServerHello(why)) => {
+                    self.splice_to_target(client, target, s2c);
+                    return Err(closed(format!(
+                        "target answered without a usable ServerHello ({why}): relayed"
+                    )));
+                }
+                Err(FlightError::Shape(why)) => {
+                    return Err(closed(format!("target's flight: {why}")))
+                }
+            }
+            let at = s2c.len();
+            s2c.resize(MAX_FLIGHT, 0);
+            let n = target.read(&mut s2c[at..]).await?;
+            s2c.truncate(at + n);
+            if n == 0 {
+                return Err(closed("target closed during its handshake".into()));
+            }
+        };
+        drop(target);
+        let answer = respond(&ch, &auth, &flight, &self.cert)
+            .map_err(|e| closed(format!("cannot imitate the target: {e:?}")))?;
+        client.write_all(&answer.bytes).await?;
+        client.flush().await?;
+
+        // The client's (optional) ChangeCipherSpec and Finished.
+        let mut rx = after_hello;
+        let mut ckey = TrafficKey::new(answer.suite, &answer.schedule.client_hs);
+        let (fin, used) = loop {
+            let mut at = 0;
+            if rx.starts_with(&[20, 3, 3, 0, 1, 1]) {
+                at = 6;
+            }
+            if let Some(n) = record::complete(&rx[at..]) {
+                let mut rec = rx[at..at + n].to_vec();
+                let (ty, c) = record::open(&mut ckey, &mut rec)
+                    .map_err(|e| closed(format!("client Finished record: {e:?}")))?;
+                if ty != record::HANDSHAKE {
+                    return Err(closed("client sent data before its Finished".into()));
+                }
+                break (rec[c].to_vec(), at + n);
+            }
+            if rx.len() > 4096 {
+                return Err(closed("client Finished too long".into()));
+            }
+            let at = rx.len();
+            rx.resize(at + 1024, 0);
+            let n = client.read(&mut rx[at..]).await?;
+            rx.truncate(at + n);
+            if n == 0 {
+                return Err(closed("client closed before its Finished".into()));
+            }
+        };
+        let th = answer.transcript.current();
+        let want = answer.schedule.finished(&answer.schedule.client_hs, &th);
+        let mut expected = Vec::new();
+        hello::message(hello::FINISHED, &want, &mut expected);
+        if aws_lc_rs::constant_time::verify_slices_are_equal(&fin, &expected).is_err() {
+            return Err(closed("bad client Finished".into()));
+        }
+        let (c_ap, _) = answer.schedule.application(&th);
+        tracing::debug!(
+            "REALITY: client {}.{}.{} short id {} authenticated",
+            auth.version[0],
+            auth.version[1],
+            auth.version[2],
+            crate::transport::tls::hex(&auth.short_id)
+        );
+        Ok(RealityStream::new(
+            client,
+            &rx[used..],
+            answer.suite,
+            Direction::new(answer.suite, c_ap),
+            answer.write,
+        ))
+    }
+}
+
+/// Copies with a token bucket (`limitFallback*`): `after_bytes` free, then `bytes_per_sec` with
+/// bursts of `burst_bytes_per_sec`.
+async fn limited_copy<R, W>(mut r: R, mut w: W, l: super::RateLimit) -> io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut total: u64 = 0;
+    let burst = if l.burst_bytes_per_sec > 0 {
+        l.burst_bytes_per_sec
+    } else {
+        l.bytes_per_sec
+    } as f64;
+    let mut tokens = burst;
+    let mut last = tokio::time::Instant::now();
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            let _ = w.shutdown().await;
+            return Ok(());
+        }
+        total += n as u64;
+        if l.bytes_per_sec > 0 && total > l.after_bytes {
+            let now = tokio::time::Instant::now();
+            tokens = (tokens + now.duration_since(last).as_secs_f64() * l.bytes_per_sec as f64)
+                .min(burst);
+            last = now;
+            tokens -= n as f64;
+            if tokens < 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(-tokens / l.bytes_per_sec as f64)).await;
+            }
+        }
+        w.write_all(&buf[..n]).await?;
+    }
+}
