@@ -77,6 +77,15 @@ enum Cmd {
         /// An IP or a domain to look up; without it, the tags are listed.
         query: Option<String>,
     },
+    /// Print a new X25519 key pair for REALITY (`privateKey` for the server, `password` for
+    /// clients), or the public half of `-i KEY`, as `xray x25519` prints them.
+    X25519 {
+        #[arg(short = 'i', long = "input")]
+        input: Option<String>,
+        /// Standard base64 with padding instead of base64url.
+        #[arg(long = "std-encoding")]
+        std_encoding: bool,
+    },
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
     Uuid {
         #[arg(short = 'i', long = "input")]
@@ -100,6 +109,37 @@ enum TlsCmd {
         #[arg(long, default_value_t = 3650)]
         days: u32,
     },
+}
+
+/// `ferry x25519`: the key pair with the private half clamped, the public half (REALITY's
+/// `password`) and its BLAKE3 hash, in `xray x25519`'s three lines.
+fn x25519_cmd(input: Option<&str>, std_encoding: bool) -> anyhow::Result<ExitCode> {
+    use base64::Engine;
+    let mut private = match input {
+        Some(k) => ferry::config::reality::key32(k)
+            .or_else(|| {
+                let b = base64::engine::general_purpose::STANDARD
+                    .decode(k.trim())
+                    .ok()?;
+                b.try_into().ok()
+            })
+            .ok_or_else(|| {
+                anyhow::anyhow!("{k:?} is not a base64 X25519 private key of 32 bytes")
+            })?,
+        None => ferry::transport::reality::generate_x25519().0,
+    };
+    private[0] &= 248;
+    private[31] &= 127;
+    private[31] |= 64;
+    let public = ferry::transport::reality::keys::x25519_public(&private);
+    let enc = |b: &[u8]| match std_encoding {
+        true => base64::engine::general_purpose::STANDARD.encode(b),
+        false => ferry::config::reality::b64(b),
+    };
+    println!("PrivateKey: {}", enc(&private));
+    println!("Password (PublicKey): {}", enc(&public));
+    println!("Hash32: {}", enc(blake3::hash(&public).as_bytes()));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn tls_cert(domains: &[String], file: Option<&str>, days: u32) -> Result<ExitCode> {
@@ -503,6 +543,10 @@ fn main() -> ExitCode {
             cmd: TlsCmd::Cert { domain, file, days },
         }) => tls_cert(&domain, file.as_deref(), days),
         Some(Cmd::Geodata { file, query }) => geodata_cmd(&file, query.as_deref()),
+        Some(Cmd::X25519 {
+            input,
+            std_encoding,
+        }) => x25519_cmd(input.as_deref(), std_encoding),
         Some(Cmd::Uuid { input }) => {
             match input {
                 Some(s) => println!("{}", ferry::common::uuid::from_string(&s)),

@@ -6,6 +6,7 @@
 
 pub mod json;
 pub mod reader;
+pub mod reality;
 pub mod services;
 pub mod stream;
 pub mod tls;

@@ -68,6 +68,17 @@ impl ParseStream for StreamSettings {
                     out.security =
                         Security::Tls(super::tls::parse(t, s.path(), outbound, default_alpn)?);
                 }
+                "reality" => {
+                    // As Xray: REALITY carries RAW (and gRPC / XHTTP), nothing else.
+                    if !matches!(out.network, Network::Raw | Network::Grpc(_)) {
+                        return Err(ConfigError::new(
+                            s.key_path("security"),
+                            "REALITY only supports the raw (tcp) and grpc networks",
+                        ));
+                    }
+                    let r = s.obj("realitySettings")?;
+                    out.security = Security::Reality(super::reality::parse(r, s.path(), outbound)?);
+                }
                 _ => {
                     return Err(ConfigError::new(
                         s.key_path("security"),

@@ -161,7 +161,7 @@ impl Fallbacks {
     }
 }
 
-fn parse_dest(v: &serde_json::Value, path: &str) -> Result<Destination> {
+pub fn parse_dest(v: &serde_json::Value, path: &str) -> Result<Destination> {
     let local = |port: u64| -> Result<Destination> {
         if !(1..=65535).contains(&port) {
             return Err(ConfigError::new(path, format!("port {port} out of range")));

@@ -42,6 +42,8 @@ pub enum Security {
     None,
     /// TLS, with the side (server for inbounds, client for outbounds) already built.
     Tls(Arc<super::tls::TlsLayer>),
+    /// REALITY, likewise.
+    Reality(Arc<super::reality::RealityLayer>),
 }
 
 /// What Ferry understood of an object's `streamSettings`: one typed struct for inbounds and
@@ -78,6 +80,10 @@ impl StreamSettings {
             Security::Tls(t) => {
                 layers.push(t.clone());
                 t.server_name().map(str::to_string)
+            }
+            Security::Reality(r) => {
+                layers.push(r.clone());
+                r.server_name().map(str::to_string)
             }
         };
         match &self.network {
@@ -143,6 +149,7 @@ impl StreamSettings {
                     settings: s.clone(),
                     tls_name: match &self.security {
                         Security::Tls(t) => t.server_name().map(str::to_string),
+                        Security::Reality(r) => r.server_name().map(str::to_string),
                         Security::None => None,
                     },
                     tls: matches!(self.security, Security::Tls(_)),

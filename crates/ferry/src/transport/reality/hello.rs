@@ -228,7 +228,7 @@ impl ClientHello {
 }
 
 fn pairs(b: &[u8]) -> Option<Vec<u16>> {
-    (b.len() % 2 == 0).then(|| {
+    b.len().is_multiple_of(2).then(|| {
         b.chunks(2)
             .map(|c| u16::from_be_bytes([c[0], c[1]]))
             .collect()

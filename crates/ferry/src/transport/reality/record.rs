@@ -57,7 +57,7 @@ pub enum OpenError {
 /// the content lies in `rec`.
 pub fn open(key: &mut TrafficKey, rec: &mut [u8]) -> Result<(u8, Range<usize>), OpenError> {
     let (ty, len) = header(rec).ok_or(OpenError::Malformed)?;
-    if ty != APPLICATION_DATA || len < TAG + 1 || len > MAX_BODY || rec.len() != HEADER + len {
+    if ty != APPLICATION_DATA || !(TAG + 1..=MAX_BODY).contains(&len) || rec.len() != HEADER + len {
         return Err(OpenError::Malformed);
     }
     let (head, body) = rec.split_at_mut(HEADER);
@@ -78,8 +78,8 @@ mod tests {
     fn a_sealed_record_opens_with_its_type_and_padding_gone() {
         for suite in [Suite::Aes128Gcm, Suite::Aes256Gcm, Suite::Chacha20Poly1305] {
             let secret = [7u8; 48];
-            let mut w = TrafficKey::new(suite, &secret[..suite.hash().len()]);
-            let mut r = TrafficKey::new(suite, &secret[..suite.hash().len()]);
+            let mut w = TrafficKey::new(suite, &secret[..suite.hash().size()]);
+            let mut r = TrafficKey::new(suite, &secret[..suite.hash().size()]);
             let mut out = Vec::new();
             seal(&mut w, HANDSHAKE, b"hello", 10, &mut out);
             seal(&mut w, APPLICATION_DATA, b"", 0, &mut out);

@@ -87,7 +87,7 @@ pub fn authenticate(
         return Err(Stranger::NotTls13);
     }
     let sni = ch.sni.clone().unwrap_or_default();
-    if !s.server_names.iter().any(|n| *n == sni) {
+    if !s.server_names.contains(&sni) {
         return Err(Stranger::Sni(ch.sni.clone()));
     }
     let peer = match ch.share(hello::X25519).filter(|k| k.len() == 32) {

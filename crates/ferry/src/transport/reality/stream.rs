@@ -39,7 +39,7 @@ impl Direction {
     /// RFC 8446 §7.2: the next generation of this direction's secret.
     fn update(&mut self, suite: Suite) {
         let h = suite.hash();
-        self.secret = h.expand_label(&self.secret, "traffic upd", &[], h.len());
+        self.secret = h.expand_label(&self.secret, "traffic upd", &[], h.size());
         self.key = TrafficKey::new(suite, &self.secret);
     }
 }
