@@ -34,6 +34,38 @@ const COMBINED: usize = 512;
 pub struct Server {
     pub settings: ServerSettings,
     cert: Temporary,
+    seen: std::sync::Mutex<Seen>,
+}
+
+/// ClientHello randoms already accepted: a replayed hello is a prober's and goes to the target
+/// (Xray v26.3 answers a replay with a handshake the replayer cannot finish; Ferry does not
+/// answer it at all). Kept for `maxTimeDiff` when set (older ones fail the time check anyway),
+/// else an hour, at most [`SEEN_MAX`] of them.
+#[derive(Default)]
+struct Seen {
+    order: std::collections::VecDeque<(std::time::Instant, [u8; 32])>,
+    set: std::collections::HashSet<[u8; 32]>,
+}
+
+const SEEN_MAX: usize = 200_000;
+
+impl Seen {
+    /// Records `random`; false when it was already there.
+    fn insert(&mut self, random: [u8; 32], ttl: Duration) -> bool {
+        let now = std::time::Instant::now();
+        while let Some((t, r)) = self.order.front() {
+            if now.duration_since(*t) < ttl && self.order.len() < SEEN_MAX {
+                break;
+            }
+            self.set.remove(r);
+            self.order.pop_front();
+        }
+        if !self.set.insert(random) {
+            return false;
+        }
+        self.order.push_back((now, random));
+        true
+    }
 }
 
 /// Why a ClientHello is not one of ours (logged; the connection goes to the target).
@@ -371,6 +403,7 @@ impl Server {
         Ok(Server {
             settings,
             cert: Temporary::generate(),
+            seen: Default::default(),
         })
     }
 
@@ -444,7 +477,18 @@ impl Server {
             Some((msg, _)) => match ClientHello::parse(msg) {
                 Err(e) => Err(e.to_string()),
                 Ok(ch) => match authenticate(&ch, s, now_ms()) {
-                    Ok(a) => Ok((ch, a)),
+                    Ok(a) => {
+                        let ttl = s.max_time_diff.unwrap_or(Duration::from_secs(3600));
+                        let fresh = self
+                            .seen
+                            .lock()
+                            .map(|mut seen| seen.insert(ch.random, ttl))
+                            .unwrap_or(false);
+                        match fresh {
+                            true => Ok((ch, a)),
+                            false => Err("a replayed ClientHello".to_string()),
+                        }
+                    }
                     Err(why) => Err(why.to_string()),
                 },
             },
@@ -528,11 +572,17 @@ impl Server {
         }
         let (c_ap, _) = answer.schedule.application(&th);
         tracing::debug!(
-            "REALITY: client {}.{}.{} short id {} authenticated",
+            "REALITY: client {}.{}.{} short id {} authenticated (group {:#06x}, {} target records)",
             auth.version[0],
             auth.version[1],
             auth.version[2],
-            crate::transport::tls::hex(&auth.short_id)
+            crate::transport::tls::hex(&auth.short_id),
+            flight.server_hello.group,
+            if flight.combined {
+                "combined"
+            } else {
+                "separate"
+            }
         );
         Ok(RealityStream::new(
             client,
@@ -616,6 +666,18 @@ mod tests {
         let sid = keys::seal_session_id(&auth, &random, &plain, &ch);
         ch[hello::SESSION_ID_AT..hello::SESSION_ID_AT + 32].copy_from_slice(&sid);
         ClientHello::parse(&ch).unwrap()
+    }
+
+    #[test]
+    fn a_random_is_accepted_once_until_it_expires() {
+        let mut seen = Seen::default();
+        assert!(seen.insert([1; 32], Duration::from_secs(60)));
+        assert!(!seen.insert([1; 32], Duration::from_secs(60)));
+        assert!(seen.insert([2; 32], Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(20));
+        // With a shorter life the old entries are gone.
+        assert!(seen.insert([1; 32], Duration::from_millis(10)));
+        assert_eq!(seen.order.len(), 1);
     }
 
     #[test]
