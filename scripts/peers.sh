@@ -9,6 +9,10 @@ set -euo pipefail
 
 XRAY_VERSION=v1.260327.0
 SINGBOX_VERSION=v1.14.1
+# REALITY (client and server) and uTLS fingerprints are behind the build tag with_utls in sing-box
+# (v1.14 merged with_reality_server into it and refuses to build with the old tag); the stamp names
+# the tags so a cached build without them is rebuilt.
+SINGBOX_TAGS=with_utls
 # trojan-go's last release (2021). The Go module proxy serves this version but refuses the module's
 # version list, so `go install …@v0.10.6` fails on its deprecation look-up: build it from a small
 # wrapper module instead (same result: upstream's go.mod has no replace directives).
@@ -44,12 +48,12 @@ install_xray() {
 }
 
 install_singbox() {
-  if have sing-box "$SINGBOX_VERSION"; then log "sing-box $SINGBOX_VERSION cached"; return; fi
-  log "building sing-box $SINGBOX_VERSION (go install)"
+  if have sing-box "$SINGBOX_VERSION+$SINGBOX_TAGS"; then log "sing-box $SINGBOX_VERSION cached"; return; fi
+  log "building sing-box $SINGBOX_VERSION (go install, tags $SINGBOX_TAGS)"
   local tmp; tmp=$(mktemp -d)
-  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install "github.com/sagernet/sing-box/cmd/sing-box@$SINGBOX_VERSION"
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install -tags "$SINGBOX_TAGS" "github.com/sagernet/sing-box/cmd/sing-box@$SINGBOX_VERSION"
   mv "$tmp/sing-box" "$BIN/sing-box"; rm -rf "$tmp"
-  echo "$SINGBOX_VERSION" > "$STAMPS/sing-box"
+  echo "$SINGBOX_VERSION+$SINGBOX_TAGS" > "$STAMPS/sing-box"
 }
 
 install_trojango() {
