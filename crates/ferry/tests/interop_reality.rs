@@ -203,9 +203,11 @@ impl Target {
         let d = self.dir.path();
         // client_header_timeout: nginx drops a connection that sent no request 2 s after the
         // handshake (the default is 60 s), which ends Xray's post-handshake record probe.
+        // master_process off: one process, which the test's kill on drop ends (a master
+        // killed with SIGKILL leaves its workers running).
         let conf = format!(
             r#"user root;
-worker_processes 1;
+master_process off;
 pid {dir}/nginx.pid;
 error_log {dir}/error.log info;
 events {{ worker_connections 512; }}
