@@ -9,8 +9,9 @@ set -euo pipefail
 
 XRAY_VERSION=v1.260327.0
 SINGBOX_VERSION=v1.14.1
-# REALITY (client and server) and uTLS fingerprints are behind the with_utls tag in sing-box; the stamp
-# names them so a cached build without them is rebuilt.
+# REALITY (client and server) and uTLS fingerprints are behind the build tag with_utls in sing-box
+# (v1.14 merged with_reality_server into it and refuses to build with the old tag); the stamp names
+# the tags so a cached build without them is rebuilt.
 SINGBOX_TAGS=with_utls
 # trojan-go's last release (2021). The Go module proxy serves this version but refuses the module's
 # version list, so `go install …@v0.10.6` fails on its deprecation look-up: build it from a small
