@@ -23,6 +23,7 @@ fn settings() -> &'static ServerSettings {
         max_time_diff: None,
         limit_upload: RateLimit::default(),
         limit_download: RateLimit::default(),
+        mldsa65_seed: None,
     })
 }
 

@@ -86,6 +86,12 @@ enum Cmd {
         #[arg(long = "std-encoding")]
         std_encoding: bool,
     },
+    /// Print a new ML-DSA-65 seed for REALITY (`mldsa65Seed` for the server) and its public
+    /// key (`mldsa65Verify` for clients), or those of `-i SEED`, as `xray mldsa65` prints them.
+    Mldsa65 {
+        #[arg(short = 'i', long = "input")]
+        input: Option<String>,
+    },
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
     Uuid {
         #[arg(short = 'i', long = "input")]
@@ -139,6 +145,25 @@ fn x25519_cmd(input: Option<&str>, std_encoding: bool) -> anyhow::Result<ExitCod
     println!("PrivateKey: {}", enc(&private));
     println!("Password (PublicKey): {}", enc(&public));
     println!("Hash32: {}", enc(blake3::hash(&public).as_bytes()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ferry mldsa65`: a seed (REALITY's `mldsa65Seed`) and its ML-DSA-65 public key
+/// (`mldsa65Verify`), in `xray mldsa65`'s two lines.
+fn mldsa65_cmd(input: Option<&str>) -> anyhow::Result<ExitCode> {
+    let seed = match input {
+        Some(k) => ferry::config::reality::key32(k)
+            .ok_or_else(|| anyhow::anyhow!("{k:?} is not a base64url seed of 32 bytes"))?,
+        None => {
+            let mut s = [0u8; 32];
+            ferry::common::rand::fill(&mut s);
+            s
+        }
+    };
+    let public = ferry::transport::reality::cert::mldsa65_public(&seed)
+        .ok_or_else(|| anyhow::anyhow!("not a valid ML-DSA-65 seed"))?;
+    println!("Seed: {}", ferry::config::reality::b64(&seed));
+    println!("Verify: {}", ferry::config::reality::b64(&public));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -547,6 +572,7 @@ fn main() -> ExitCode {
             input,
             std_encoding,
         }) => x25519_cmd(input.as_deref(), std_encoding),
+        Some(Cmd::Mldsa65 { input }) => mldsa65_cmd(input.as_deref()),
         Some(Cmd::Uuid { input }) => {
             match input {
                 Some(s) => println!("{}", ferry::common::uuid::from_string(&s)),

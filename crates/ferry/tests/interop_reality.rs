@@ -92,6 +92,24 @@ enum Proto {
     /// VLESS with flow "".
     Vless,
     Trojan,
+    /// VLESS over gRPC over REALITY.
+    Grpc,
+}
+
+/// `network` and its settings in Xray's streamSettings.
+fn xray_network(proto: Proto) -> &'static str {
+    match proto {
+        Proto::Grpc => r#""network":"grpc","grpcSettings":{"serviceName":"rgrpc"}"#,
+        _ => r#""network":"raw""#,
+    }
+}
+
+/// sing-box's `transport` member (with its comma), if any.
+fn singbox_transport(proto: Proto) -> &'static str {
+    match proto {
+        Proto::Grpc => r#""transport":{"type":"grpc","service_name":"rgrpc"},"#,
+        _ => "",
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -178,8 +196,22 @@ impl Target {
     /// nginx on `port` (a free one when None); `start: false` only prepares it (a target
     /// that is down until `start()`).
     fn new(port: Option<u16>, start: bool) -> Target {
+        Target::with_names(port, start, &[SNI.to_string()])
+    }
+
+    /// A target whose certificate is over 3,500 bytes (many names): what REALITY's ML-DSA-65
+    /// certificate needs to fit in the target's Certificate record, as Xray's docs advise.
+    fn big() -> Target {
+        let mut names = vec![SNI.to_string()];
+        names.extend(
+            (0..60).map(|i| format!("filler-name-{i:02}-for-a-certificate-over-3500-bytes.{SNI}")),
+        );
+        Target::with_names(None, true, &names)
+    }
+
+    fn with_names(port: Option<u16>, start: bool, names: &[String]) -> Target {
         let dir = tempdir::Dir::new("reality-target");
-        let g = ferry::transport::tls::generate_self_signed(&[SNI.to_string()], 2).unwrap();
+        let g = ferry::transport::tls::generate_self_signed(names, 2).unwrap();
         std::fs::write(dir.path().join("cert.pem"), &g.cert_pem).unwrap();
         std::fs::write(dir.path().join("key.pem"), &g.key_pem).unwrap();
         let cert_der = CertificateDer::pem_slice_iter(g.cert_pem.as_bytes())
@@ -299,9 +331,10 @@ fn xray_inbound(proto: Proto, port: u16, target: &str) -> String {
     };
     format!(
         r#"{{"listen":"127.0.0.1","port":{port},"protocol":"{protocol}","settings":{settings},
-            "streamSettings":{{"network":"raw","security":"reality","realitySettings":{{
+            "streamSettings":{{{},"security":"reality","realitySettings":{{
               "target":"{target}","serverNames":["{SNI}"],"privateKey":"{PRIVATE_KEY}",
-              "shortIds":["","{SHORT_ID}"]}}}}}}"#
+              "shortIds":["","{SHORT_ID}"],"maxTimeDiff":600000}}}}}}"#,
+        xray_network(proto)
     )
 }
 
@@ -324,10 +357,12 @@ fn xray_outbound(proto: Proto, server: u16, auth: Auth) -> String {
     };
     format!(
         r#"{{"protocol":"{protocol}","settings":{settings},
-            "streamSettings":{{"network":"raw","security":"reality","realitySettings":{{
+            "streamSettings":{{{},"security":"reality","realitySettings":{{
               "serverName":"{}","fingerprint":"chrome","password":"{PUBLIC_KEY}",
               "shortId":"{}"}}}}}}"#,
-        auth.sni, auth.short_id
+        xray_network(proto),
+        auth.sni,
+        auth.short_id
     )
 }
 
@@ -340,10 +375,11 @@ fn singbox_inbound(proto: Proto, port: u16, target: SocketAddr) -> String {
         ),
     };
     format!(
-        r#"{{"type":"{ty}","listen":"127.0.0.1","listen_port":{port},"users":{users},
+        r#"{{"type":"{ty}","listen":"127.0.0.1","listen_port":{port},"users":{users},{}
             "tls":{{"enabled":true,"server_name":"{SNI}","reality":{{"enabled":true,
               "handshake":{{"server":"{}","server_port":{}}},
               "private_key":"{PRIVATE_KEY}","short_id":["","{SHORT_ID}"]}}}}}}"#,
+        singbox_transport(proto),
         target.ip(),
         target.port()
     )
@@ -360,11 +396,13 @@ fn singbox_outbound(proto: Proto, server: u16, auth: Auth) -> String {
         "vless"
     };
     format!(
-        r#"{{"type":"{ty}","server":"127.0.0.1","server_port":{server},{cred},
+        r#"{{"type":"{ty}","server":"127.0.0.1","server_port":{server},{cred},{}
             "tls":{{"enabled":true,"server_name":"{}",
               "utls":{{"enabled":true,"fingerprint":"chrome"}},
               "reality":{{"enabled":true,"public_key":"{PUBLIC_KEY}","short_id":"{}"}}}}}}"#,
-        auth.sni, auth.short_id
+        singbox_transport(proto),
+        auth.sni,
+        auth.short_id
     )
 }
 
@@ -666,6 +704,13 @@ cases! {
     ferry_to_singbox_vision: Ferry, SingBox, Proto::Vision;
     ferry_to_singbox_vless: Ferry, SingBox, Proto::Vless;
     ferry_to_singbox_trojan: Ferry, SingBox, Proto::Trojan;
+    // gRPC over REALITY (Xray allows raw, gRPC and XHTTP under it).
+    xray_to_xray_grpc: Xray, Xray, Proto::Grpc;
+    xray_to_ferry_grpc: Xray, Ferry, Proto::Grpc;
+    ferry_to_xray_grpc: Ferry, Xray, Proto::Grpc;
+    ferry_to_ferry_grpc: Ferry, Ferry, Proto::Grpc;
+    singbox_to_ferry_grpc: SingBox, Ferry, Proto::Grpc;
+    ferry_to_singbox_grpc: Ferry, SingBox, Proto::Grpc;
 }
 
 #[test]
@@ -1230,6 +1275,14 @@ fn good_client(tp: &Tapped, server_imp: Imp) -> Vec<u8> {
         or.len() >= tr.len() && or[..tr.len()] == tr[..],
         "{what}: handshake records differ from the target's:\n  target {tr:?}\n  server {or:?}"
     );
+    // The ServerHello is the target's (random, session id, suite, extensions in its order)
+    // but for its key share: the bytes that differ lie within one share (X25519: 32 bytes).
+    let n = tr[0].1;
+    let diff: Vec<usize> = (0..n).filter(|i| ours[*i] != theirs[*i]).collect();
+    assert!(
+        !diff.is_empty() && diff.last().unwrap() - diff[0] < 32,
+        "{what}: ServerHello differs from the target's at {diff:?}"
+    );
     drop(c);
     ch
 }
@@ -1244,6 +1297,223 @@ fn a_good_client_gets_the_targets_record_sizes_from_xray() {
 fn a_good_client_gets_the_targets_record_sizes_from_ferry() {
     let tp = Tapped::new(Ferry, 0);
     good_client(&tp, Ferry);
+}
+
+/// ML-DSA-65 (`mldsa65Seed` on the server, `mldsa65Verify` on the client): the certificate
+/// carries a signature over both hellos, checked by the client. Xray and Ferry both ways.
+fn mldsa65(client_imp: Imp, server_imp: Imp) {
+    // `xray mldsa65 -i AQID...` printed this pair's Verify (checked in the_key_pair_is_xrays's
+    // twin below).
+    let seed = "BQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU";
+    let verify = ferry::config::reality::b64(
+        &ferry::transport::reality::cert::mldsa65_public(
+            &ferry::config::reality::key32(seed).unwrap(),
+        )
+        .unwrap(),
+    );
+    let target = Target::big();
+    assert!(target.cert_der.len() > 3500, "{}", target.cert_der.len());
+    let echo = echo_server();
+    let (sport, entry) = (free_port(), free_port());
+    let inbound = xray_inbound(Proto::Vless, sport, &format!("127.0.0.1:{}", target.port)).replace(
+        r#""maxTimeDiff":600000"#,
+        &format!(r#""maxTimeDiff":600000,"mldsa65Seed":"{seed}""#),
+    );
+    let scfg = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{inbound}],"outbounds":[{XRAY_FREEDOM}]}}"#
+    );
+    let s = spawn(server_imp, &scfg, &[sport]);
+    if server_imp == Xray {
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    let outbound = xray_outbound(Proto::Vless, sport, GOOD).replace(
+        r#""password":"#,
+        &format!(r#""mldsa65Verify":"{verify}","password":"#),
+    );
+    let ccfg = |entry: u16, outbound: &str| {
+        format!(
+            r#"{{"log":{{"loglevel":"debug"}},
+                "inbounds":[{{"listen":"127.0.0.1","port":{entry},"protocol":"dokodemo-door",
+                  "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
+                "outbounds":[{outbound}]}}"#,
+            echo.port()
+        )
+    };
+    let c = spawn(client_imp, &ccfg(entry, &outbound), &[entry]);
+    let what = format!("{client_imp:?} -> {server_imp:?} with ML-DSA-65");
+    let sock = hello(entry, Duration::from_secs(15)).unwrap_or_else(|e| {
+        panic!(
+            "{what}: not served: {e}\n{}\n{}",
+            logs(&[&s, &c]),
+            target.logs()
+        )
+    });
+    let data = pattern(4 << 20, 65);
+    assert!(echo_through(sock, &data) == data, "{what}: bytes differ");
+    // A client expecting another ML-DSA key is refused.
+    let other = ferry::config::reality::b64(
+        &ferry::transport::reality::cert::mldsa65_public(&[4u8; 32]).unwrap(),
+    );
+    let entry2 = free_port();
+    let c2 = spawn(
+        client_imp,
+        &ccfg(entry2, &outbound.replace(&verify, &other)),
+        &[entry2],
+    );
+    assert!(
+        hello(entry2, Duration::from_secs(3)).is_err(),
+        "{what}: a client with another mldsa65Verify was served\n{}",
+        logs(&[&s, &c2])
+    );
+}
+
+#[test]
+fn mldsa65_xray_to_ferry() {
+    mldsa65(Xray, Ferry);
+}
+
+#[test]
+fn mldsa65_ferry_to_xray() {
+    mldsa65(Ferry, Xray);
+}
+
+#[test]
+fn mldsa65_ferry_to_ferry() {
+    mldsa65(Ferry, Ferry);
+}
+
+#[test]
+fn ferry_mldsa65_prints_what_xray_prints() {
+    let seed = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+    let run = |bin: &Path| {
+        let o = Command::new(bin)
+            .args(["mldsa65", "-i", seed])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let ferry = run(Path::new(env!("CARGO_BIN_EXE_ferry")));
+    let xray = run(&peer("xray"));
+    assert!(ferry.contains("Verify: ") && ferry.len() > 2000);
+    assert_eq!(ferry, xray);
+}
+
+/// A ClientHello sealed for the server's key but an hour old (`maxTimeDiff` is ten minutes):
+/// a prober's, spliced to the target byte for byte.
+fn stale_clock(server_imp: Imp) {
+    use ferry::transport::reality::{fingerprint, hello as rh, keys};
+    let tp = Tapped::new(server_imp, 0);
+    let (mut ch, k) = rh::build(&fingerprint::CHROME, Some(SNI));
+    let random: [u8; 32] = ch[6..38].try_into().unwrap();
+    let public = ferry::config::reality::key32(PUBLIC_KEY).unwrap();
+    let shared = keys::x25519(k.auth_private().unwrap(), &public).unwrap();
+    let auth = keys::auth_key(&shared, &random);
+    let then = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32
+        - 3600;
+    let mut plain = [0u8; 16];
+    plain[..3].copy_from_slice(&[26, 7, 28]);
+    plain[4..8].copy_from_slice(&then.to_be_bytes());
+    // SHORT_ID, listed on the server.
+    plain[8..].copy_from_slice(&[1, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
+    let sid = keys::seal_session_id(&auth, &random, &plain, &ch);
+    ch[rh::SESSION_ID_AT..rh::SESSION_ID_AT + 32].copy_from_slice(&sid);
+    let mut rec = vec![22, 3, 1];
+    rec.extend_from_slice(&(ch.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&ch);
+    let mut s = TcpStream::connect(("127.0.0.1", tp.front.port)).unwrap();
+    s.write_all(&rec).unwrap();
+    let got = read_until_idle(&mut s, Duration::from_millis(1500));
+    drop(s);
+    assert!(
+        starts_with_server_hello(&got),
+        "{server_imp:?}: no ServerHello for a stale hello"
+    );
+    let t = Instant::now();
+    let f = loop {
+        let f = tp.front.flows().last().cloned().unwrap();
+        if f.done() || t.elapsed() > PROMPT {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    tp.assert_spliced(&format!("{server_imp:?}, an hour-old hello"), &f, &[]);
+    if server_imp == Ferry {
+        let log = tp.server.output();
+        assert!(
+            log.contains("ms off"),
+            "Ferry did not log the clock:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn a_stale_clock_meets_the_target_behind_xray() {
+    stale_clock(Xray);
+}
+
+#[test]
+fn a_stale_clock_meets_the_target_behind_ferry() {
+    stale_clock(Ferry);
+}
+
+/// §1.3 step 7: after the handshake the server sends records of the lengths the target sends
+/// after its own (nginx's session tickets, and its HTTP/2 SETTINGS for an h2 client), measured
+/// in the background. (Xray v26.3.27 sends none behind this nginx: its probe finds nothing, so
+/// there is no Xray twin of this test.)
+fn post_handshake_records(server_imp: Imp) {
+    let tp = Tapped::new(server_imp, 0);
+    // What nginx sends after a handshake with a Chrome-like client (ALPN h2 first).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dest = ferry::common::Destination::new(
+        ferry::common::Address::Ip([127, 0, 0, 1].into()),
+        tp.target.port,
+    );
+    let want = rt
+        .block_on(ferry::transport::reality::server::measure_post_handshake(
+            &dest, 0, SNI, 2,
+        ))
+        .unwrap();
+    assert!(
+        !want.is_empty() && want.iter().all(|l| *l > 5 + 16),
+        "nginx sends {want:?} after its handshake"
+    );
+    // The first connection starts the server's own measurement; the second gets it.
+    good_client(&tp, server_imp);
+    std::thread::sleep(Duration::from_secs(3));
+    let entry = free_port();
+    let echo = echo_server();
+    let c = client(Xray, Proto::Vless, entry, tp.front.port, echo.port(), GOOD);
+    let what = format!("{server_imp:?}, second good Xray client");
+    let s = hello(entry, Duration::from_secs(15))
+        .unwrap_or_else(|e| panic!("{what}: not served: {e}\n{}", tp.logs(&[&c])));
+    let data = pattern(64 << 10, 78);
+    assert!(echo_through(s, &data) == data, "{what}: bytes differ");
+    let f = tp.front.flows().last().unwrap().clone();
+    let ch = client_hello(&f.c2s());
+    let t = tp.behind.finished_with(&ch);
+    assert_eq!(t.len(), 1, "{what}\n{}", tp.logs(&[&c]));
+    let tr = records(&t[0].s2c());
+    let or = records(&f.s2c());
+    let post: Vec<(u8, usize)> = want.iter().map(|l| (23u8, *l)).collect();
+    eprintln!("{what}: target handshake {tr:?}, server {or:?}, target's post-handshake {want:?}");
+    assert!(
+        or.len() >= tr.len() + post.len() && or[tr.len()..tr.len() + post.len()] == post[..],
+        "{what}: after the handshake records {:?}, expected {post:?} first\n{}",
+        &or[tr.len().min(or.len())..],
+        tp.logs(&[&c])
+    );
+}
+
+#[test]
+fn the_targets_post_handshake_records_follow_from_ferry() {
+    post_handshake_records(Ferry);
 }
 
 /// (c) A raw prober replays a good client's ClientHello (recorded by the front tap) after

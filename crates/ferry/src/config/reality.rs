@@ -131,12 +131,24 @@ fn server(r: &Obj<'_>) -> Result<RealityLayer> {
         .u64("maxTimeDiff")?
         .filter(|m| *m > 0)
         .map(Duration::from_millis);
-    if r.str("mldsa65Seed")?.is_some_and(|s| !s.is_empty()) {
-        return Err(ConfigError::new(
-            r.key_path("mldsa65Seed"),
-            "ML-DSA-65 certificates are not supported by Ferry yet",
-        ));
-    }
+    let mldsa65_seed = match r.str("mldsa65Seed")?.filter(|s| !s.is_empty()) {
+        None => None,
+        Some(seed) => {
+            let k = key32(&seed).ok_or_else(|| {
+                ConfigError::new(
+                    r.key_path("mldsa65Seed"),
+                    "is not a base64url seed of 32 bytes (see `ferry mldsa65`)",
+                )
+            })?;
+            if k == private_key {
+                return Err(ConfigError::new(
+                    r.key_path("mldsa65Seed"),
+                    "must differ from privateKey",
+                ));
+            }
+            Some(k)
+        }
+    };
     r.ignore(&[
         "serverName",
         "fingerprint",
@@ -156,6 +168,7 @@ fn server(r: &Obj<'_>) -> Result<RealityLayer> {
         max_time_diff,
         limit_upload: limit(r, "limitFallbackUpload")?,
         limit_download: limit(r, "limitFallbackDownload")?,
+        mldsa65_seed,
     };
     RealityLayer::server(s).map_err(|e| ConfigError::new(r.path(), e))
 }
@@ -185,12 +198,21 @@ fn client(r: &Obj<'_>) -> Result<RealityLayer> {
     if !spider_x.is_empty() && !spider_x.starts_with('/') {
         return Err(ConfigError::new(r.key_path("spiderX"), "must start with /"));
     }
-    if r.str("mldsa65Verify")?.is_some_and(|s| !s.is_empty()) {
-        return Err(ConfigError::new(
-            r.key_path("mldsa65Verify"),
-            "ML-DSA-65 verification is not supported by Ferry yet",
-        ));
-    }
+    let mldsa65_verify = match r.str("mldsa65Verify")?.filter(|s| !s.is_empty()) {
+        None => None,
+        Some(v) => Some(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(v.trim().trim_end_matches('='))
+                .ok()
+                .filter(|b| b.len() == 1952)
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        r.key_path("mldsa65Verify"),
+                        "is not a base64url ML-DSA-65 public key of 1952 bytes",
+                    )
+                })?,
+        ),
+    };
     r.ignore(&[
         "serverNames",
         "shortIds",
@@ -205,6 +227,7 @@ fn client(r: &Obj<'_>) -> Result<RealityLayer> {
         public_key,
         short_id,
         spider_x,
+        mldsa65_verify,
     };
     RealityLayer::client(s).map_err(|e| ConfigError::new(r.path(), e))
 }

@@ -166,58 +166,106 @@ impl Client {
         let sid = keys::seal_session_id(&auth, &random, &plain, &ch);
         ch[hello::SESSION_ID_AT..hello::SESSION_ID_AT + 32].copy_from_slice(&sid);
 
-        let t = s.fingerprint.template();
-        let mut out = Vec::with_capacity(ch.len() + 5);
-        out.push(record::HANDSHAKE);
-        out.extend_from_slice(&t.record_version.to_be_bytes());
-        out.extend_from_slice(&(ch.len() as u16).to_be_bytes());
-        out.extend_from_slice(&ch);
-        io.write_all(&out).await?;
-        io.flush().await?;
-
-        // ServerHello (plaintext, possibly over several records).
-        let mut rx = Vec::new();
-        let (sh_msg, used) = read_until(&mut io, &mut rx, |b| {
-            if b.first() == Some(&record::ALERT) {
-                return Err(fail("the server answered with an alert"));
-            }
-            hello::message_from_records(b, 1 << 16).map_err(fail)
-        })
+        let h = handshake(
+            &mut io,
+            &ch,
+            &keys,
+            s.fingerprint.template().record_version,
+            Some(&auth),
+            s.mldsa65_verify.as_deref(),
+        )
         .await?;
-        let sh = ServerHello::parse(&sh_msg).map_err(fail)?;
-        if sh.version != Some(hello::TLS13) {
-            return Err(fail("the server did not choose TLS 1.3"));
-        }
-        if sh.session_id != sid {
-            return Err(fail("the server did not echo the session id"));
-        }
-        let suite = Suite::from_id(sh.suite).ok_or_else(|| fail("unknown cipher suite"))?;
-        let ecdhe = keys
-            .agree(sh.group, &sh.raw[sh.share.clone()])
-            .ok_or_else(|| fail("bad key share from the server"))?;
-        let mut transcript = Transcript::new(suite.hash());
-        transcript.add(&ch);
-        transcript.add(&sh_msg);
-        let schedule = Schedule::new(suite, &ecdhe, &transcript.current());
+        Ok(RealityStream::new(
+            io,
+            &h.held,
+            h.suite,
+            Direction::new(h.suite, h.server_secret),
+            Direction::new(h.suite, h.client_secret),
+        ))
+    }
+}
 
-        let mut flight = Flight {
-            key: TrafficKey::new(suite, &schedule.server_hs),
-            msgs: Vec::new(),
-            used,
-        };
-        let mut step = 0;
-        let mut cert_pub = None;
-        loop {
-            let msg = read_until(&mut io, &mut rx, |b| flight.next(b)).await?;
-            match (step, msg[0]) {
-                (0, hello::ENCRYPTED_EXTENSIONS) => {}
-                (1, hello::CERTIFICATE) => {
+/// A client handshake done: the application secrets and the bytes read past it.
+pub struct Handshaken {
+    pub suite: Suite,
+    pub client_secret: Vec<u8>,
+    pub server_secret: Vec<u8>,
+    /// Ciphertext read after the server's Finished.
+    pub held: Vec<u8>,
+}
+
+/// Sends `ch` (its session id final) and completes TLS 1.3 with the server. With `auth`, the
+/// server must present REALITY's certificate for it and sign with it; without, nothing of the
+/// server is verified (the server measures its own target with this).
+pub async fn handshake(
+    io: &mut BoxStream,
+    ch: &[u8],
+    keys: &hello::ClientKeys,
+    record_version: u16,
+    auth: Option<&[u8; 32]>,
+    mldsa65_verify: Option<&[u8]>,
+) -> io::Result<Handshaken> {
+    let sid = &ch[hello::SESSION_ID_AT..hello::SESSION_ID_AT + 32];
+    let mut out = Vec::with_capacity(ch.len() + 5);
+    out.push(record::HANDSHAKE);
+    out.extend_from_slice(&record_version.to_be_bytes());
+    out.extend_from_slice(&(ch.len() as u16).to_be_bytes());
+    out.extend_from_slice(ch);
+    io.write_all(&out).await?;
+    io.flush().await?;
+
+    // ServerHello (plaintext, possibly over several records).
+    let mut rx = Vec::new();
+    let (sh_msg, used) = read_until(io, &mut rx, |b| {
+        if b.first() == Some(&record::ALERT) {
+            return Err(fail("the server answered with an alert"));
+        }
+        hello::message_from_records(b, 1 << 16).map_err(fail)
+    })
+    .await?;
+    let sh = ServerHello::parse(&sh_msg).map_err(fail)?;
+    if sh.version != Some(hello::TLS13) {
+        return Err(fail("the server did not choose TLS 1.3"));
+    }
+    if sh.session_id != sid {
+        return Err(fail("the server did not echo the session id"));
+    }
+    let suite = Suite::from_id(sh.suite).ok_or_else(|| fail("unknown cipher suite"))?;
+    let ecdhe = keys
+        .agree(sh.group, &sh.raw[sh.share.clone()])
+        .ok_or_else(|| fail("bad key share from the server"))?;
+    let mut transcript = Transcript::new(suite.hash());
+    transcript.add(ch);
+    transcript.add(&sh_msg);
+    let schedule = Schedule::new(suite, &ecdhe, &transcript.current());
+
+    let mut flight = Flight {
+        key: TrafficKey::new(suite, &schedule.server_hs),
+        msgs: Vec::new(),
+        used,
+    };
+    let mut step = 0;
+    let mut cert_pub = None;
+    loop {
+        let msg = read_until(io, &mut rx, |b| flight.next(b)).await?;
+        match (step, msg[0]) {
+            (0, hello::ENCRYPTED_EXTENSIONS) => {}
+            (1, hello::CERTIFICATE) => {
+                if let Some(auth) = auth {
                     let der = first_certificate(&msg).ok_or_else(|| fail("bad Certificate"))?;
-                    cert_pub = Some(cert::verify(der, &auth).ok_or_else(|| {
+                    let real = || {
                         fail("the server sent a real certificate: not a REALITY server for this key, or the connection was forwarded to the target")
-                    })?);
+                    };
+                    cert_pub = Some(cert::verify(der, auth).ok_or_else(real)?);
+                    if let Some(key) = mldsa65_verify {
+                        if !cert::verify_mldsa65(der, auth, key, ch, &sh_msg) {
+                            return Err(fail("the certificate's ML-DSA-65 signature does not verify (mldsa65Verify)"));
+                        }
+                    }
                 }
-                (2, hello::CERTIFICATE_VERIFY) => {
+            }
+            (2, hello::CERTIFICATE_VERIFY) => {
+                if let Some(public) = cert_pub {
                     let b = &msg[4..];
                     if b.len() != 2 + 2 + 64 || b[..4] != [0x08, 0x07, 0, 64] {
                         return Err(fail("CertificateVerify is not Ed25519"));
@@ -225,47 +273,45 @@ impl Client {
                     let content = verify_content(true, &transcript.current());
                     let key = aws_lc_rs::signature::UnparsedPublicKey::new(
                         &aws_lc_rs::signature::ED25519,
-                        cert_pub.expect("certificate before its verify"),
+                        public,
                     );
                     key.verify(&content, &b[4..])
                         .map_err(|_| fail("bad CertificateVerify signature"))?;
                 }
-                (3, hello::FINISHED) => {
-                    let want = schedule.finished(&schedule.server_hs, &transcript.current());
-                    if aws_lc_rs::constant_time::verify_slices_are_equal(&msg[4..], &want).is_err()
-                    {
-                        return Err(fail("bad server Finished"));
-                    }
-                    transcript.add(&msg);
-                    break;
-                }
-                (_, t) => return Err(fail(format!("unexpected handshake message {t}"))),
             }
-            transcript.add(&msg);
-            step += 1;
+            (3, hello::FINISHED) => {
+                let want = schedule.finished(&schedule.server_hs, &transcript.current());
+                if aws_lc_rs::constant_time::verify_slices_are_equal(&msg[4..], &want).is_err() {
+                    return Err(fail("bad server Finished"));
+                }
+                transcript.add(&msg);
+                break;
+            }
+            (_, t) => return Err(fail(format!("unexpected handshake message {t}"))),
         }
-        if !flight.msgs.is_empty() {
-            return Err(fail("handshake data after the server Finished"));
-        }
-        let th = transcript.current();
-        let (c_ap, s_ap) = schedule.application(&th);
-        let mut fin = Vec::new();
-        hello::message(
-            hello::FINISHED,
-            &schedule.finished(&schedule.client_hs, &th),
-            &mut fin,
-        );
-        let mut out = vec![20, 3, 3, 0, 1, 1];
-        let mut ckey = TrafficKey::new(suite, &schedule.client_hs);
-        record::seal(&mut ckey, record::HANDSHAKE, &fin, 0, &mut out);
-        io.write_all(&out).await?;
-        io.flush().await?;
-        Ok(RealityStream::new(
-            io,
-            &rx[flight.used..],
-            suite,
-            Direction::new(suite, s_ap),
-            Direction::new(suite, c_ap),
-        ))
+        transcript.add(&msg);
+        step += 1;
     }
+    if !flight.msgs.is_empty() {
+        return Err(fail("handshake data after the server Finished"));
+    }
+    let th = transcript.current();
+    let (c_ap, s_ap) = schedule.application(&th);
+    let mut fin = Vec::new();
+    hello::message(
+        hello::FINISHED,
+        &schedule.finished(&schedule.client_hs, &th),
+        &mut fin,
+    );
+    let mut out = vec![20, 3, 3, 0, 1, 1];
+    let mut ckey = TrafficKey::new(suite, &schedule.client_hs);
+    record::seal(&mut ckey, record::HANDSHAKE, &fin, 0, &mut out);
+    io.write_all(&out).await?;
+    io.flush().await?;
+    Ok(Handshaken {
+        suite,
+        client_secret: c_ap,
+        server_secret: s_ap,
+        held: rx[flight.used..].to_vec(),
+    })
 }

@@ -454,6 +454,16 @@ fn put_list16(out: &mut Vec<u8>, vals: &[u16], grease: u16) {
 /// Builds a ClientHello handshake message from `t` with a zero session id (REALITY fills it in
 /// afterwards), and the private keys of its shares.
 pub fn build(t: &super::fingerprint::Template, sni: Option<&str>) -> (Vec<u8>, ClientKeys) {
+    build_with_alpn(t, sni, t.alpn)
+}
+
+/// [`build`] offering `alpn` instead of the template's (none: no ALPN extension, and no ALPS
+/// without h2).
+pub fn build_with_alpn(
+    t: &super::fingerprint::Template,
+    sni: Option<&str>,
+    alpn: &[&str],
+) -> (Vec<u8>, ClientKeys) {
     use super::fingerprint::{Ext, Order};
     let g = Grease::new();
     let mut keys = ClientKeys {
@@ -490,8 +500,11 @@ pub fn build(t: &super::fingerprint::Template, sni: Option<&str>) -> (Vec<u8>, C
                 EXT_SIGNATURE_ALGORITHMS
             }
             Ext::Alpn => {
+                if alpn.is_empty() {
+                    continue;
+                }
                 let mut l = Vec::new();
-                for p in t.alpn {
+                for p in alpn {
                     l.push(p.len() as u8);
                     l.extend_from_slice(p.as_bytes());
                 }
@@ -500,6 +513,9 @@ pub fn build(t: &super::fingerprint::Template, sni: Option<&str>) -> (Vec<u8>, C
                 EXT_ALPN
             }
             Ext::Alps(cp) => {
+                if !alpn.contains(&"h2") {
+                    continue;
+                }
                 put_u16(&mut d, 3);
                 d.push(2);
                 d.extend_from_slice(b"h2");
@@ -674,7 +690,12 @@ mod tests {
         assert_eq!(&groups[1..], &[X25519MLKEM768, X25519]);
         assert!(is_grease(groups[0]) && is_grease(ch.cipher_suites[0]));
         assert_eq!(ch.share(X25519MLKEM768).unwrap().len(), MLKEM_CLIENT_SHARE);
-        assert!(msg.len() > 1700, "{}", msg.len());
+        // uTLS Chrome 133 without SNI: 1552 bytes plus an ECH payload of 144 to 240.
+        assert!(
+            [144, 176, 208, 240].contains(&(msg.len() - 1552)),
+            "{}",
+            msg.len()
+        );
     }
 
     #[test]
@@ -703,6 +724,63 @@ mod tests {
             assert_eq!(o.len(), 18);
         }
         assert!(orders.iter().any(|o| o[1..17] != orders[0][1..17]));
+    }
+
+    /// Rewrites the key_share extension of a built hello with `shares`, fixing the lengths.
+    fn with_key_share(msg: &[u8], shares: &[u8]) -> Vec<u8> {
+        let ch = ClientHello::parse(msg).unwrap();
+        // key_share's data begins 2 bytes (its list length) before the first share.
+        let first = ch.key_shares[0].1.start - 4;
+        let list_at = first - 2;
+        let ext_at = list_at - 4;
+        let old_len = u16::from_be_bytes([msg[ext_at + 2], msg[ext_at + 3]]) as usize;
+        let mut data = (shares.len() as u16).to_be_bytes().to_vec();
+        data.extend_from_slice(shares);
+        let mut out = msg[..ext_at + 2].to_vec();
+        out.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        out.extend_from_slice(&data);
+        out.extend_from_slice(&msg[ext_at + 4 + old_len..]);
+        let grow = data.len() as isize - old_len as isize;
+        // The extensions block length and the message length.
+        let body_len = out.len() - 4;
+        out[1..4].copy_from_slice(&(body_len as u32).to_be_bytes()[1..]);
+        let mut r = Reader::new(&out[4..]);
+        r.take(34).unwrap();
+        r.vec8().unwrap();
+        r.vec16().unwrap();
+        r.vec8().unwrap();
+        let exts_len_at = 4 + r.at;
+        let old = u16::from_be_bytes([out[exts_len_at], out[exts_len_at + 1]]) as isize;
+        out[exts_len_at..exts_len_at + 2].copy_from_slice(&((old + grow) as u16).to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn duplicate_key_shares_and_oversized_extensions_are_refused() {
+        let (msg, _) = build(&EDGE, Some("reality.test"));
+        let mut x = vec![0x00, 0x1d, 0x00, 0x20];
+        x.extend_from_slice(&[9u8; 32]);
+        let one = with_key_share(&msg, &x);
+        assert_eq!(ClientHello::parse(&one).unwrap().key_shares.len(), 1);
+        let two = with_key_share(&msg, &[x.clone(), x.clone()].concat());
+        assert_eq!(
+            ClientHello::parse(&two).unwrap_err(),
+            Malformed("duplicate key share")
+        );
+        // A share that claims more bytes than the extension holds.
+        let mut long = x.clone();
+        long[3] = 0xff;
+        assert!(ClientHello::parse(&with_key_share(&msg, &long)).is_err());
+        // An extension whose length runs past the message: the first one's, made 0xffff.
+        let mut bad = one.clone();
+        let mut r = Reader::new(&bad[4..]);
+        r.take(34).unwrap();
+        r.vec8().unwrap();
+        r.vec16().unwrap();
+        r.vec8().unwrap();
+        let first_len_at = 4 + r.at + 2 + 2;
+        bad[first_len_at..first_len_at + 2].copy_from_slice(&[0xff, 0xff]);
+        assert!(ClientHello::parse(&bad).is_err());
     }
 
     #[test]

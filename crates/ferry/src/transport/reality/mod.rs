@@ -77,6 +77,8 @@ pub struct ServerSettings {
     pub max_time_diff: Option<Duration>,
     pub limit_upload: RateLimit,
     pub limit_download: RateLimit,
+    /// `mldsa65Seed`: the certificate also carries an ML-DSA-65 signature over the hellos.
+    pub mldsa65_seed: Option<[u8; 32]>,
 }
 
 /// `realitySettings` of an outbound.
@@ -91,6 +93,8 @@ pub struct ClientSettings {
     pub short_id: [u8; 8],
     /// `spiderX` (the path Xray's client crawls on a real certificate; Ferry closes instead).
     pub spider_x: String,
+    /// `mldsa65Verify`: the server's ML-DSA-65 public key (1952 bytes), checked as well.
+    pub mldsa65_verify: Option<Vec<u8>>,
 }
 
 /// The REALITY layer of a chain: the server side for inbounds, the client side for outbounds.

@@ -35,6 +35,73 @@ pub struct Server {
     pub settings: ServerSettings,
     cert: Temporary,
     seen: std::sync::Mutex<Seen>,
+    /// The lengths of the records the target sends after its handshake, per server name and
+    /// ALPN class (§1.3 step 7): measured once, in the background, from the first connection.
+    post: std::sync::Mutex<std::collections::HashMap<(String, u8), Post>>,
+}
+
+#[derive(Clone)]
+enum Post {
+    Measuring,
+    Known(Arc<[usize]>),
+}
+
+/// The ALPN class of a ClientHello, as Xray groups them: 0 none, 1 http/1.1 first, 2 h2 first.
+pub fn alpn_class(ch: &ClientHello) -> u8 {
+    match ch.alpn.first().map(Vec::as_slice) {
+        Some(b"h2") => 2,
+        Some(b"http/1.1") => 1,
+        _ => 0,
+    }
+}
+
+/// Shakes hands with the target as a browser of ALPN `class` would for `sni` and returns the
+/// lengths of the application-data records it sends after the handshake (its session tickets),
+/// collected until it is quiet for a second (five at most).
+pub async fn measure_post_handshake(
+    target: &crate::common::Destination,
+    xver: u8,
+    sni: &str,
+    class: u8,
+) -> io::Result<Vec<usize>> {
+    let dialer = SocketDialer {
+        opts: Default::default(),
+    };
+    let mut io = dialer.dial_tcp(target).await?;
+    if xver > 0 {
+        let lo = crate::session::Endpoint::Ip(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        io.write_all(&crate::transport::proxy_protocol::encode(xver, &lo, &lo))
+            .await?;
+    }
+    let alpn: &[&str] = match class {
+        0 => &[],
+        1 => &["http/1.1"],
+        _ => &["h2", "http/1.1"],
+    };
+    let (mut ch, keys) = hello::build_with_alpn(&super::fingerprint::CHROME, Some(sni), alpn);
+    crate::common::rand::fill(&mut ch[hello::SESSION_ID_AT..hello::SESSION_ID_AT + 32]);
+    let h = super::client::handshake(&mut io, &ch, &keys, 0x0301, None, None).await?;
+    let mut buf = h.held;
+    let mut lengths = Vec::new();
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        while let Some(n) = record::complete(&buf) {
+            if buf[0] == record::APPLICATION_DATA {
+                lengths.push(n);
+            }
+            buf.drain(..n);
+        }
+        let wait = end
+            .saturating_duration_since(tokio::time::Instant::now())
+            .min(Duration::from_secs(1));
+        let at = buf.len();
+        buf.resize(at + 4096, 0);
+        match tokio::time::timeout(wait, io.read(&mut buf[at..])).await {
+            Ok(Ok(n)) if n > 0 => buf.truncate(at + n),
+            _ => break,
+        }
+    }
+    Ok(lengths)
 }
 
 /// ClientHello randoms already accepted: a replayed hello is a prober's and goes to the target
@@ -316,7 +383,7 @@ pub fn respond(
     let mut ee = Vec::new();
     hello::message(hello::ENCRYPTED_EXTENSIONS, &[0, 0], &mut ee);
     transcript.add(&ee);
-    let der = cert.der(&a.auth);
+    let der = cert.der_for(&a.auth, &ch.raw, &sh);
     let mut body = vec![0u8];
     let entry_len = 3 + der.len() + 2;
     body.extend_from_slice(&(entry_len as u32).to_be_bytes()[1..]);
@@ -400,11 +467,62 @@ fn closed(msg: String) -> io::Error {
 
 impl Server {
     pub fn new(settings: ServerSettings) -> Result<Server, String> {
+        let cert = match &settings.mldsa65_seed {
+            None => Temporary::generate(),
+            Some(seed) => Temporary::generate()
+                .with_mldsa65(seed)
+                .ok_or("mldsa65Seed is not a valid ML-DSA-65 seed")?,
+        };
         Ok(Server {
             settings,
-            cert: Temporary::generate(),
+            cert,
             seen: Default::default(),
+            post: Default::default(),
         })
+    }
+
+    /// The target's post-handshake record lengths for this name and class, if measured; the
+    /// first call starts measuring every server name and class in the background.
+    fn post_lengths(self: &Arc<Self>, sni: &str, class: u8) -> Option<Arc<[usize]>> {
+        let mut map = self.post.lock().ok()?;
+        if map.is_empty() {
+            for name in self.settings.server_names.iter().filter(|n| !n.is_empty()) {
+                for c in 0..3u8 {
+                    map.insert((name.clone(), c), Post::Measuring);
+                    let me = self.clone();
+                    let name = name.clone();
+                    tokio::spawn(async move {
+                        let s = &me.settings;
+                        let got = tokio::time::timeout(
+                            Duration::from_secs(15),
+                            measure_post_handshake(&s.target, s.xver, &name, c),
+                        )
+                        .await
+                        .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
+                        let lens: Arc<[usize]> = match got {
+                            Ok(l) => {
+                                tracing::debug!("REALITY: target {} sends {l:?} after its handshake for {name} (ALPN class {c})", s.target);
+                                l.into()
+                            }
+                            Err(e) => {
+                                tracing::warn!(
+                                    "REALITY: measuring target {} for {name}: {e}",
+                                    s.target
+                                );
+                                Arc::new([])
+                            }
+                        };
+                        if let Ok(mut m) = me.post.lock() {
+                            m.insert((name, c), Post::Known(lens));
+                        }
+                    });
+                }
+            }
+        }
+        match map.get(&(sni.to_string(), class)) {
+            Some(Post::Known(l)) => Some(l.clone()),
+            _ => None,
+        }
     }
 
     /// Hands the client to the target for good: what the target sent so far (`s2c`) first,
@@ -440,6 +558,8 @@ impl Server {
         mut client: BoxStream,
         info: &mut ConnInfo,
     ) -> io::Result<RealityStream> {
+        // Start measuring the target's post-handshake records with the first connection.
+        let _ = self.post_lengths("", 0);
         let s = &self.settings;
         let dialer = SocketDialer {
             opts: Default::default(),
@@ -571,6 +691,20 @@ impl Server {
             return Err(closed("bad client Finished".into()));
         }
         let (c_ap, _) = answer.schedule.application(&th);
+        // What the target sends after its handshake (tickets): empty records of those lengths.
+        let mut write = answer.write;
+        let class = alpn_class(&ch);
+        if let Some(lens) = self.post_lengths(ch.sni.as_deref().unwrap_or(""), class) {
+            let mut out = Vec::new();
+            for l in lens.iter() {
+                if let Ok(pad) = pad_to(*l, 0) {
+                    record::seal(&mut write.key, record::APPLICATION_DATA, &[], pad, &mut out);
+                }
+            }
+            if !out.is_empty() {
+                client.write_all(&out).await?;
+            }
+        }
         tracing::debug!(
             "REALITY: client {}.{}.{} short id {} authenticated (group {:#06x}, {} target records)",
             auth.version[0],
@@ -589,7 +723,7 @@ impl Server {
             &rx[used..],
             answer.suite,
             Direction::new(answer.suite, c_ap),
-            answer.write,
+            write,
         ))
     }
 }
@@ -649,6 +783,7 @@ mod tests {
             max_time_diff: Some(Duration::from_secs(60)),
             limit_upload: RateLimit::default(),
             limit_download: RateLimit::default(),
+            mldsa65_seed: None,
         }
     }
 
