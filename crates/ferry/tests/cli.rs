@@ -173,6 +173,70 @@ fn bad_configs_exit_nonzero_naming_the_path() {
 }
 
 #[test]
+fn bad_reality_settings_name_their_path() {
+    let inbound = |rs: &str, network: &str| {
+        format!(
+            r#"{{"inbounds":[{{"port":4443,"protocol":"vless","settings":{{"clients":[{{"id":"5c6f2a1e-9b0d-4e3f-8a7c-2d1b0e9f8a7c"}}],"decryption":"none"}},
+                "streamSettings":{{"network":"{network}","security":"reality","realitySettings":{rs}}}}}]}}"#
+        )
+    };
+    let key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+    let good = |extra: &str| {
+        format!(
+            r#"{{"target":"127.0.0.1:443","serverNames":["a.test"],"privateKey":"{key}","shortIds":[""]{extra}}}"#
+        )
+    };
+    assert_rejected(
+        &inbound(
+            r#"{"serverNames":["a.test"],"privateKey":"x","shortIds":[""]}"#,
+            "raw",
+        ),
+        "inbounds[0].streamSettings.realitySettings.target: is required",
+    );
+    assert_rejected(
+        &inbound(&good("").replace(key, "short"), "raw"),
+        "inbounds[0].streamSettings.realitySettings.privateKey: is not a base64url X25519 key",
+    );
+    assert_rejected(
+        &inbound(&good("").replace(r#"[""]"#, r#"["abc"]"#), "raw"),
+        "inbounds[0].streamSettings.realitySettings.shortIds:",
+    );
+    assert_rejected(
+        &inbound(&good("").replace(r#"["a.test"]"#, "[]"), "raw"),
+        "inbounds[0].streamSettings.realitySettings.serverNames: needs at least one name",
+    );
+    assert_rejected(
+        &inbound(&good(r#","minClientVer":"26.x""#), "raw"),
+        "inbounds[0].streamSettings.realitySettings.minClientVer:",
+    );
+    assert_rejected(
+        &inbound(&good(r#","mldsa65Seed":"AQID""#), "raw"),
+        "inbounds[0].streamSettings.realitySettings.mldsa65Seed:",
+    );
+    assert_rejected(
+        &inbound(&good(""), "ws"),
+        "inbounds[0].streamSettings.security: REALITY only supports the raw (tcp) and grpc networks",
+    );
+    // A client: the public key and the fingerprint.
+    let outbound = |rs: &str| {
+        format!(
+            r#"{{"outbounds":[{{"protocol":"vless","settings":{{"vnext":[{{"address":"a.test","port":443,"users":[{{"id":"5c6f2a1e-9b0d-4e3f-8a7c-2d1b0e9f8a7c","encryption":"none"}}]}}]}},
+                "streamSettings":{{"security":"reality","realitySettings":{rs}}}}}]}}"#
+        )
+    };
+    assert_rejected(
+        &outbound(r#"{"serverName":"a.test","fingerprint":"chrome"}"#),
+        "outbounds[0].streamSettings.realitySettings.password: is required",
+    );
+    assert_rejected(
+        &outbound(&format!(
+            r#"{{"serverName":"a.test","fingerprint":"hellogolang","password":"{key}"}}"#
+        )),
+        "outbounds[0].streamSettings.realitySettings.fingerprint:",
+    );
+}
+
+#[test]
 fn unknown_field_is_only_a_warning() {
     let (ok, out, err) = check(
         r#"{"inbounds":[{"tag":"a","port":1080,"protocol":"dokodemo-door","bogus":true,

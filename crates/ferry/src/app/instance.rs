@@ -412,7 +412,18 @@ impl Serve {
                     match accepted {
                         Ok(s) => s,
                         Err(e) => {
-                            tracing::info!("[{}] connection from {}: {e}", me.tag, ctx.info.source);
+                            let probe = e.get_ref().and_then(|e| {
+                                e.downcast_ref::<crate::transport::reality::server::Probe>()
+                            });
+                            match probe {
+                                // Not REALITY's: counted as a rejected handshake.
+                                Some(p) => ctx.reject("reality", p.reason, &p.detail),
+                                None => tracing::info!(
+                                    "[{}] connection from {}: {e}",
+                                    me.tag,
+                                    ctx.info.source
+                                ),
+                            }
                             return;
                         }
                     }

@@ -167,6 +167,37 @@ impl std::fmt::Display for Stranger {
     }
 }
 
+impl Stranger {
+    /// A short stable name for the rejection counters.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Stranger::NotTls13 => "not-tls13",
+            Stranger::Sni(_) => "server-name",
+            Stranger::NoX25519Share => "key-share",
+            Stranger::SessionId => "session-id",
+            Stranger::Version(_) => "client-version",
+            Stranger::Time(_) => "clock",
+            Stranger::ShortId(_) => "short-id",
+        }
+    }
+}
+
+/// A connection that was not REALITY's, handed to the target: the error the acceptor chain
+/// returns, so the inbound logs and counts it as a rejected handshake.
+#[derive(Debug)]
+pub struct Probe {
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "REALITY: {}", self.detail)
+    }
+}
+
+impl std::error::Error for Probe {}
+
 /// What an authenticated ClientHello carries.
 #[derive(Debug)]
 pub struct Authenticated {
@@ -593,9 +624,9 @@ impl Server {
         };
         drop(buf);
         let outcome = match &parsed {
-            None => Err("not a TLS ClientHello".to_string()),
+            None => Err(("not-tls", "not a TLS ClientHello".to_string())),
             Some((msg, _)) => match ClientHello::parse(msg) {
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(("not-tls", e.to_string())),
                 Ok(ch) => match authenticate(&ch, s, now_ms()) {
                     Ok(a) => {
                         let ttl = s.max_time_diff.unwrap_or(Duration::from_secs(3600));
@@ -606,18 +637,24 @@ impl Server {
                             .unwrap_or(false);
                         match fresh {
                             true => Ok((ch, a)),
-                            false => Err("a replayed ClientHello".to_string()),
+                            false => Err(("replay", "a replayed ClientHello".to_string())),
                         }
                     }
-                    Err(why) => Err(why.to_string()),
+                    Err(why) => Err((why.reason(), why.to_string())),
                 },
             },
         };
         let (ch, auth) = match outcome {
             Ok(x) => x,
-            Err(why) => {
+            Err((reason, why)) => {
                 self.splice_to_target(client, target, Vec::new());
-                return Err(closed(format!("{why}: relayed to the target")));
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    Probe {
+                        reason,
+                        detail: format!("{why}: relayed to the target"),
+                    },
+                ));
             }
         };
         let after_hello = c2s[parsed.as_ref().expect("parsed").1..].to_vec();
