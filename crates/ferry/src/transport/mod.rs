@@ -179,6 +179,26 @@ impl RawSocket<'_> {
         }
     }
 
+    /// Reads into `buf` once the socket is readable (its own waker slot: no future to keep);
+    /// `Ok(0)` is the peer's end.
+    pub fn poll_read_into(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.poll_read_ready(cx))?;
+            match self.try_read(buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                r => return std::task::Poll::Ready(r),
+            }
+        }
+    }
+
     /// Writes without waiting (`WouldBlock` when the socket is full).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {

@@ -225,29 +225,21 @@ impl RealityStream {
             }
         }
         if self.direct_read {
-            loop {
-                let Some(sock) = self.io.socket() else {
-                    return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-                };
-                if self.len == 0 {
-                    // Idle: hold no buffer while waiting.
-                    if let Some(b) = self.rx.take() {
-                        pool::put(b);
-                    }
+            let Some(sock) = self.io.socket() else {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            };
+            if self.len == 0 {
+                // Idle: hold no buffer while waiting.
+                if let Some(b) = self.rx.take() {
+                    pool::put(b);
                 }
                 ready!(sock.poll_read_ready(cx))?;
-                let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
-                match sock.try_read(&mut b[self.len..]) {
-                    Ok(n) => {
-                        self.eof |= n == 0;
-                        self.len += n;
-                        return Poll::Ready(Ok(()));
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Poll::Ready(Err(e)),
-                }
             }
+            let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
+            let n = ready!(sock.poll_read_into(cx, &mut b[self.len..]))?;
+            self.eof |= n == 0;
+            self.len += n;
+            return Poll::Ready(Ok(()));
         }
         let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
         let mut rb = ReadBuf::new(&mut b[self.len..]);
@@ -329,21 +321,12 @@ impl RealityStream {
         if !self.direct_read {
             return Pin::new(&mut self.io).poll_read(cx, buf);
         }
-        loop {
-            let Some(sock) = self.io.socket() else {
-                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-            };
-            ready!(sock.poll_read_ready(cx))?;
-            match sock.try_read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        let Some(sock) = self.io.socket() else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        let n = ready!(sock.poll_read_into(cx, buf.initialize_unfilled()))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 }
 
