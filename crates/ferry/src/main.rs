@@ -440,15 +440,20 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
     })
 }
 
-/// `ferry link`: a `ss://`, `ssr://` or `vmess://` link becomes an outbound JSON object; with
-/// `-c`, prints `ss://` / `ssr://` links for the users of the config's shadowsocks and
-/// shadowsocksr inbounds and `vmess://` links for its VMess outbounds.
+/// `ferry link`: a `ss://`, `ssr://`, `vmess://`, `vless://` or `trojan://` link becomes an
+/// outbound JSON object; with `-c`, prints `ss://` / `ssr://` / `vless://` / `trojan://` links
+/// for the users of the config's shadowsocks, shadowsocksr, VLESS and Trojan inbounds (REALITY
+/// or TLS included) and `vmess://` links for its VMess outbounds.
 fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> Result<ExitCode> {
     use ferry::proxy::shadowsocks::link::{links_for_inbound, Link};
     use ferry::proxy::vmess::link::VmessLink;
     if let Some(l) = link {
         let out = if l.starts_with("ssr://") {
             ferry::proxy::shadowsocksr::link::Link::decode(&l)
+                .and_then(|l| l.to_outbound())
+                .map_err(|e| anyhow!("{e}"))?
+        } else if l.starts_with("vless://") || l.starts_with("trojan://") {
+            ferry::proxy::vless::link::ShareLink::parse(&l)
                 .and_then(|l| l.to_outbound())
                 .map_err(|e| anyhow!("{e}"))?
         } else if l.starts_with("vmess://") {
@@ -465,7 +470,7 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
     }
     if config.is_empty() {
         return Err(anyhow!(
-            "give an ss://, ssr:// or vmess:// link, or -c CONFIG to print links"
+            "give an ss://, ssr://, vmess://, vless:// or trojan:// link, or -c CONFIG to print links"
         ));
     }
     let mut docs = Vec::new();
@@ -483,7 +488,8 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
     {
         let proto = ib.get("protocol").and_then(|v| v.as_str()).unwrap_or("");
         let ssr = proto.eq_ignore_ascii_case("shadowsocksr") || proto.eq_ignore_ascii_case("ssr");
-        if !proto.eq_ignore_ascii_case("shadowsocks") && !ssr {
+        let share = proto.eq_ignore_ascii_case("vless") || proto.eq_ignore_ascii_case("trojan");
+        if !proto.eq_ignore_ascii_case("shadowsocks") && !ssr && !share {
             continue;
         }
         let port = ib
@@ -500,7 +506,13 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
             .unwrap_or("0.0.0.0");
         let h = host.clone().unwrap_or_else(|| listen.to_string());
         let settings = ib.get("settings").cloned().unwrap_or_default();
-        let links: Vec<(String, String)> = if ssr {
+        let links: Vec<(String, String)> = if share {
+            ferry::proxy::vless::link::links_for_inbound(ib, &h, port)
+                .map_err(|e| anyhow!("{e}"))?
+                .into_iter()
+                .map(|(e, l)| (e, l.encode()))
+                .collect()
+        } else if ssr {
             ferry::proxy::shadowsocksr::link::links_for_inbound(&settings, &h, port)
                 .map_err(|e| anyhow!("{e}"))?
                 .into_iter()
@@ -529,7 +541,7 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
     }
     if n == 0 {
         return Err(anyhow!(
-            "no shadowsocks/shadowsocksr inbound users or vmess outbounds in the config"
+            "no shadowsocks/shadowsocksr/vless/trojan inbound users or vmess outbounds in the config"
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -5,6 +5,7 @@
 
 pub mod codec;
 pub mod inbound;
+pub mod link;
 pub mod outbound;
 pub mod vision;
 
