@@ -5,20 +5,28 @@
 //! Left out of the shapes, as the features they need land with their own issues: routing rules
 //! on geodata (`geoip:private` in `routing`, which needs geoip.dat) and on sniffing
 //! (`"protocol": ["bittorrent"]`).
+//!
+//! The REALITY inbounds the panels write (the default of most panel installs: VLESS + XTLS
+//! Vision + REALITY, also over gRPC, and Trojan + REALITY) are served too: an Xray v26.3.27
+//! client, keyed with the public half that `ferry x25519 -i` (= `xray x25519 -i`) derives from
+//! the shape's `privateKey`, carries a few MB byte-exact to an echo server here, and a prober
+//! (curl) meets the camouflage target, a small nginx HTTPS site started by the test.
 
 mod common;
 use common::*;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Writes `cfg` to a file and asserts that `ferry test` and `xray run -test` both accept it.
-fn both_accept(name: &str, cfg: &str) {
+/// Writes `cfg` to a file and asserts that `ferry test` and `xray run -test` both accept it;
+/// returns what `ferry test` warned.
+fn both_accept(name: &str, cfg: &str) -> String {
     let dir = tempdir::Dir::new(name);
     let path = dir.path().join("config.json");
     std::fs::write(&path, cfg).unwrap();
     let path = path.to_str().unwrap();
+    let mut warnings = String::new();
     for (bin, args) in [
         (
             std::path::PathBuf::from(env!("CARGO_BIN_EXE_ferry")),
@@ -26,6 +34,7 @@ fn both_accept(name: &str, cfg: &str) {
         ),
         (peer("xray"), vec!["run", "-test", "-c", path]),
     ] {
+        let ours = args[0] == "test";
         let o = Command::new(&bin)
             .args(&args)
             .stdin(Stdio::null())
@@ -38,7 +47,21 @@ fn both_accept(name: &str, cfg: &str) {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
+        if ours {
+            warnings = String::from_utf8_lossy(&o.stderr).into_owned();
+        }
     }
+    warnings
+}
+
+/// Every field a panel writes in `realitySettings` is one Ferry knows (read, or ignored as
+/// Xray ignores it): `ferry test` warns of none there.
+fn reality_fields_known(warnings: &str) {
+    let odd: Vec<&str> = warnings
+        .lines()
+        .filter(|l| l.contains("realitySettings"))
+        .collect();
+    assert!(odd.is_empty(), "ferry test warned: {odd:#?}");
 }
 
 /// One HTTP GET; returns the whole response.
@@ -252,4 +275,605 @@ fn marzban_fallback_variant() {
     assert!(r.starts_with("HTTP/1.1 400 "), "{r:?}\n{}", f.output());
     let out = f.output();
     assert!(out.contains("to fallback @"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------
+// REALITY as the panels write it
+
+const ID: &str = "5c6f2a1e-9b0d-4e3f-8a7c-2d1b0e9f8a7c";
+const TROJAN_PW: &str = "k3J9xQ2mZ7";
+/// The name the target's certificate and the inbounds' `serverNames` carry.
+const SNI: &str = "reality.test";
+const PAGE: &str = "panel reality target";
+/// What each client carries through: "a few MB".
+const BYTES: usize = 4 << 20;
+
+/// The camouflage target: nginx with HTTPS (TLS 1.2 and 1.3, h2) for `reality.test` on a
+/// loopback port, serving one small page.
+struct Site {
+    port: u16,
+    proc: Proc,
+    /// The certificate and key (removed after nginx ends).
+    _dir: tempdir::Dir,
+}
+
+fn site() -> Site {
+    let dir = tempdir::Dir::new("reality-site");
+    let d = dir.path();
+    let g = ferry::transport::tls::generate_self_signed(&[SNI.to_string()], 2).unwrap();
+    std::fs::write(d.join("cert.pem"), &g.cert_pem).unwrap();
+    std::fs::write(d.join("key.pem"), &g.key_pem).unwrap();
+    let port = free_port();
+    // master_process off: one process, ended by the kill on drop. client_header_timeout: a
+    // connection that sends no request (a post-handshake probe) ends after 2 s.
+    let conf = format!(
+        r#"user root;
+master_process off;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+    access_log {d}/access.log;
+    client_body_temp_path {d}/t-body;
+    proxy_temp_path {d}/t-proxy;
+    fastcgi_temp_path {d}/t-fastcgi;
+    uwsgi_temp_path {d}/t-uwsgi;
+    scgi_temp_path {d}/t-scgi;
+    default_type text/plain;
+    client_header_timeout 2s;
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        server_name {SNI};
+        ssl_certificate {d}/cert.pem;
+        ssl_certificate_key {d}/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        location / {{ return 200 "{PAGE}\n"; }}
+    }}
+}}
+"#,
+        d = d.display()
+    );
+    let proc = spawn_with_config(
+        &peer("nginx"),
+        "nginx",
+        &conf,
+        &[
+            "-p",
+            d.to_str().unwrap(),
+            "-c",
+            "{config}",
+            "-g",
+            "daemon off;",
+        ],
+    );
+    wait_listening(port, &proc);
+    Site {
+        port,
+        proc,
+        _dir: dir,
+    }
+}
+
+/// The clients' `password` for a `privateKey`: what `ferry x25519 -i` prints, which must be
+/// what `xray x25519 -i` prints.
+fn public_key(private: &str) -> String {
+    let run = |bin: std::path::PathBuf| {
+        let o = Command::new(&bin)
+            .args(["x25519", "-i", private])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{} x25519 -i {private}", bin.display());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let ours = run(env!("CARGO_BIN_EXE_ferry").into());
+    assert_eq!(
+        ours,
+        run(peer("xray")),
+        "ferry and xray derive different keys"
+    );
+    ours.lines()
+        .find_map(|l| l.strip_prefix("Password (PublicKey): "))
+        .unwrap_or_else(|| panic!("no public key in {ours:?}"))
+        .trim()
+        .to_string()
+}
+
+/// An Xray client: a dokodemo-door entry on a free port leading to `dest` through
+/// `outbound`; returns it once the entry listens.
+fn xray_client(dest: u16, outbound: &str) -> (Proc, u16) {
+    let entry = free_port();
+    let cfg = format!(
+        r#"{{"log": {{"loglevel": "debug"}},
+  "inbounds": [{{"listen": "127.0.0.1", "port": {entry}, "protocol": "dokodemo-door",
+                 "settings": {{"address": "127.0.0.1", "port": {dest}, "network": "tcp"}}}}],
+  "outbounds": [{outbound}]}}"#
+    );
+    let p = spawn_with_config(&peer("xray"), "xray", &cfg, &["run", "-c", "{config}"]);
+    wait_listening(entry, &p);
+    (p, entry)
+}
+
+/// The client side of a panel's share link: `protocol` VLESS (with `flow`) or Trojan to
+/// 127.0.0.1:`port` over `network` (Xray's JSON members) and REALITY with `sni`, `pbk`, `sid`.
+fn xray_outbound(protocol: &str, flow: &str, port: u16, network: &str, reality: &str) -> String {
+    let settings = match protocol {
+        "trojan" => format!(
+            r#"{{"servers": [{{"address": "127.0.0.1", "port": {port}, "password": "{TROJAN_PW}"}}]}}"#
+        ),
+        _ => format!(
+            r#"{{"vnext": [{{"address": "127.0.0.1", "port": {port},
+                 "users": [{{"id": "{ID}", "encryption": "none", "flow": "{flow}"}}]}}]}}"#
+        ),
+    };
+    format!(
+        r#"{{"protocol": "{protocol}", "settings": {settings},
+  "streamSettings": {{{network}, "security": "reality", "realitySettings": {reality}}}}}"#
+    )
+}
+
+/// `realitySettings` of a client: `sni` ("" sends none: the address is an IP), fingerprint
+/// chrome, spiderX "/".
+fn client_reality(sni: &str, pbk: &str, sid: &str) -> String {
+    format!(
+        r#"{{"serverName": "{sni}", "fingerprint": "chrome", "password": "{pbk}", "shortId": "{sid}", "spiderX": "/"}}"#
+    )
+}
+
+/// Through `entry`: "hello" there and back first (Xray's Trojan client fails on a first
+/// payload over ~8 KiB), then `BYTES` echoed byte-exact.
+fn carry(what: &str, entry: u16, logs: &dyn Fn() -> String) {
+    let t = Instant::now();
+    let r = std::panic::catch_unwind(|| {
+        let mut s = TcpStream::connect(("127.0.0.1", entry)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(b"hello").unwrap();
+        let mut b = [0u8; 5];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        let data = pattern(BYTES, entry as u64);
+        echo_through(s, &data) == data
+    });
+    assert!(
+        matches!(r, Ok(true)),
+        "{what}: the transfer failed or differs ({r:?})\n{}",
+        logs()
+    );
+    eprintln!("{what}: {} MB echoed in {:?}", BYTES >> 20, t.elapsed());
+}
+
+/// A prober (curl, no REALITY key) at `port` gets the target's own page.
+fn probe_meets_the_site(what: &str, port: u16, logs: &dyn Fn() -> String) {
+    let o = Command::new(peer("curl"))
+        .args([
+            "-sk",
+            "--max-time",
+            "10",
+            "--resolve",
+            &format!("{SNI}:{port}:127.0.0.1"),
+            &format!("https://{SNI}:{port}/"),
+        ])
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        body.trim() == PAGE,
+        "{what}: a prober got {body:?} ({})\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        logs()
+    );
+}
+
+fn all_logs(ps: &[&Proc]) -> String {
+    ps.iter().map(|p| p.output()).collect::<Vec<_>>().join("\n")
+}
+
+/// 3x-ui's VLESS + Vision + REALITY inbound as its inbound form saves it (and as its live
+/// path, `GenXrayInboundConfig` through the HandlerService, hands it to the core): the client
+/// half kept in a nested `realitySettings.settings` object, `maxTimediff` so spelled, every
+/// unused string empty, `target`, clients with the panel's own fields (limitIp, totalGB,
+/// subId, ...), VLESS `encryption` beside `decryption`, sniffing with `ipsExcluded` and
+/// `domainsExcluded`; in 3x-ui's base config (API tunnel, metrics, freedom `finalRules`, which
+/// here let loopback through first so the echo server can be reached).
+#[test]
+fn three_x_ui_vless_vision_reality() {
+    const PRIVATE: &str = "YGpxf3mlhKbKTShxFej-PWScuVyBo-kiKVuVlS6fh3k";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let echo = echo_server();
+    let (api, metrics, port) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        r#"{{
+  "api": {{"services": ["HandlerService", "LoggerService", "StatsService", "RoutingService"], "tag": "api"}},
+  "inbounds": [
+    {{"listen": "127.0.0.1", "port": {api}, "protocol": "tunnel", "settings": {{"rewriteAddress": "127.0.0.1"}}, "tag": "api"}},
+    {{"listen": "127.0.0.1", "port": {port}, "protocol": "vless", "tag": "inbound-{port}",
+      "settings": {{
+        "clients": [{{"id": "{ID}", "flow": "xtls-rprx-vision", "email": "k2v8d1x0",
+                      "limitIp": 0, "totalGB": 0, "expiryTime": 0, "enable": true, "tgId": 0,
+                      "subId": "q9w3e7r1t5y2u8i4", "comment": "", "reset": 0}}],
+        "decryption": "none", "encryption": "none", "fallbacks": []}},
+      "streamSettings": {{
+        "network": "tcp",
+        "tcpSettings": {{"acceptProxyProtocol": false, "header": {{"type": "none"}}}},
+        "security": "reality",
+        "realitySettings": {{
+          "show": false, "xver": 0, "target": "127.0.0.1:{site}",
+          "serverNames": ["{SNI}", "www.{SNI}"],
+          "privateKey": "{PRIVATE}",
+          "minClientVer": "", "maxClientVer": "", "maxTimediff": 0,
+          "shortIds": ["a3f1", "6ba85179e30d4fc2", "b8c2"],
+          "mldsa65Seed": "",
+          "settings": {{"publicKey": "{pbk}", "fingerprint": "chrome", "serverName": "",
+                        "spiderX": "/", "mldsa65Verify": ""}}}}}},
+      "sniffing": {{"enabled": true, "destOverride": ["http", "tls", "quic", "fakedns"],
+                    "metadataOnly": false, "routeOnly": false, "ipsExcluded": [], "domainsExcluded": []}}}}
+  ],
+  "log": {{"access": "none", "dnsLog": false, "error": "", "loglevel": "warning", "maskAddress": ""}},
+  "metrics": {{"listen": "127.0.0.1:{metrics}", "tag": "metrics_out"}},
+  "outbounds": [
+    {{"protocol": "freedom", "tag": "direct",
+      "settings": {{"domainStrategy": "AsIs",
+                    "finalRules": [{{"action": "allow", "ip": ["127.0.0.0/8"]}},
+                                   {{"action": "block", "ip": ["geoip:private"]}}, {{"action": "allow"}}]}}}},
+    {{"protocol": "blackhole", "settings": {{}}, "tag": "blocked"}}
+  ],
+  "policy": {{
+    "levels": {{"0": {{"statsUserDownlink": true, "statsUserUplink": true}}}},
+    "system": {{"statsInboundDownlink": true, "statsInboundUplink": true,
+                "statsOutboundDownlink": false, "statsOutboundUplink": false}}
+  }},
+  "routing": {{"domainStrategy": "AsIs",
+               "rules": [{{"inboundTag": ["api"], "outboundTag": "api", "type": "field"}}]}},
+  "stats": {{}}
+}}"#,
+        site = site.port
+    );
+    reality_fields_known(&both_accept("3x-ui-reality", &cfg));
+    let f = ferry(&cfg, &[api, metrics, port]);
+    let out = xray_outbound(
+        "vless",
+        "xtls-rprx-vision",
+        port,
+        r#""network": "tcp""#,
+        &client_reality(SNI, &pbk, "6ba85179e30d4fc2"),
+    );
+    let (c, entry) = xray_client(echo.port(), &out);
+    let logs = || all_logs(&[&f, &c, &site.proc]);
+    carry("3x-ui VLESS Vision REALITY", entry, &logs);
+    probe_meets_the_site("3x-ui VLESS Vision REALITY", port, &logs);
+}
+
+/// 3x-ui's VLESS over gRPC + REALITY (grpcSettings as its form writes them: serviceName,
+/// authority, multiMode) and Trojan + REALITY, in one config; clients as the panel writes
+/// them (VLESS flow "" over gRPC).
+#[test]
+fn three_x_ui_grpc_and_trojan_reality() {
+    const PRIVATE: &str = "WLtkUJFBs6izJqmPF5ZE22sanW2VqpUCkPSwv3mInFY";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let echo = echo_server();
+    let (grpc, trojan) = (free_port(), free_port());
+    let reality = |sids: &str| {
+        format!(
+            r#""security": "reality",
+        "realitySettings": {{
+          "show": false, "xver": 0, "target": "127.0.0.1:{site}",
+          "serverNames": ["{SNI}"], "privateKey": "{PRIVATE}",
+          "minClientVer": "", "maxClientVer": "", "maxTimediff": 0,
+          "shortIds": [{sids}], "mldsa65Seed": "",
+          "settings": {{"publicKey": "{pbk}", "fingerprint": "firefox", "serverName": "",
+                        "spiderX": "/", "mldsa65Verify": ""}}}}"#,
+            site = site.port
+        )
+    };
+    let panel_fields = r#""limitIp": 0, "totalGB": 0, "expiryTime": 0, "enable": true, "tgId": 0, "comment": "", "reset": 0"#;
+    let sniffing = r#""sniffing": {"enabled": false, "destOverride": ["http", "tls", "quic", "fakedns"], "metadataOnly": false, "routeOnly": false}"#;
+    let cfg = format!(
+        r#"{{
+  "log": {{"access": "none", "error": "", "loglevel": "warning"}},
+  "inbounds": [
+    {{"listen": "127.0.0.1", "port": {grpc}, "protocol": "vless", "tag": "inbound-{grpc}",
+      "settings": {{"clients": [{{"id": "{ID}", "flow": "", "email": "g7h2", "subId": "grpc0001", {panel_fields}}}],
+                    "decryption": "none", "encryption": "none", "fallbacks": []}},
+      "streamSettings": {{"network": "grpc",
+        "grpcSettings": {{"serviceName": "GunService", "authority": "", "multiMode": false}},
+        {}}}, {sniffing}}},
+    {{"listen": "127.0.0.1", "port": {trojan}, "protocol": "trojan", "tag": "inbound-{trojan}",
+      "settings": {{"clients": [{{"password": "{TROJAN_PW}", "email": "t5n1", "subId": "trj00001", {panel_fields}}}],
+                    "fallbacks": []}},
+      "streamSettings": {{"network": "tcp",
+        "tcpSettings": {{"acceptProxyProtocol": false, "header": {{"type": "none"}}}},
+        {}}}, {sniffing}}}
+  ],
+  "outbounds": [{{"protocol": "freedom", "tag": "direct", "settings": {{"domainStrategy": "AsIs"}}}},
+                {{"protocol": "blackhole", "settings": {{}}, "tag": "blocked"}}]
+}}"#,
+        reality(r#""4e1c", "c0ffee""#),
+        reality(r#""9f02d1""#),
+    );
+    reality_fields_known(&both_accept("3x-ui-reality-grpc-trojan", &cfg));
+    let f = ferry(&cfg, &[grpc, trojan]);
+    let grpc_out = xray_outbound(
+        "vless",
+        "",
+        grpc,
+        r#""network": "grpc", "grpcSettings": {"serviceName": "GunService"}"#,
+        &client_reality(SNI, &pbk, "c0ffee"),
+    );
+    let trojan_out = xray_outbound(
+        "trojan",
+        "",
+        trojan,
+        r#""network": "tcp""#,
+        &client_reality(SNI, &pbk, "9f02d1"),
+    );
+    let (cg, eg) = xray_client(echo.port(), &grpc_out);
+    let (ct, et) = xray_client(echo.port(), &trojan_out);
+    let logs = || all_logs(&[&f, &cg, &ct, &site.proc]);
+    carry("3x-ui VLESS gRPC REALITY", eg, &logs);
+    carry("3x-ui Trojan REALITY", et, &logs);
+    probe_meets_the_site("3x-ui Trojan REALITY", trojan, &logs);
+}
+
+/// Marzban's REALITY inbounds (its docs' "VLESS TCP REALITY" and "VLESS GRPC REALITY"):
+/// `dest`, `serverNames` with an empty name beside the real one, `SpiderX` so spelled on the
+/// server, an empty `tcpSettings`; users put in by Marzban at start (`email` "id.username",
+/// flow dropped where Vision cannot go); the API and stats Marzban adds. A client with no SNI
+/// at all is served through the "" name.
+#[test]
+fn marzban_vless_reality() {
+    const PRIVATE: &str = "sGtA6bBmaHbm_UYkqChnP6oW8bkbSvbAW0ErxWhymHU";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let echo = echo_server();
+    let (api, tcp, grpc) = (free_port(), free_port(), free_port());
+    let reality = |spider: &str| {
+        format!(
+            r#""security": "reality",
+      "realitySettings": {{"show": false, "dest": "127.0.0.1:{site}", "xver": 0,
+        "serverNames": ["{SNI}", ""], "privateKey": "{PRIVATE}",
+        "SpiderX": "{spider}", "shortIds": ["ea1058117be12087"]}}"#,
+            site = site.port
+        )
+    };
+    let sniffing = r#""sniffing": {"enabled": true, "destOverride": ["http", "tls", "quic"]}"#;
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "warning"}},
+  "routing": {{"rules": [{{"inboundTag": ["API_INBOUND"], "outboundTag": "API", "type": "field"}}]}},
+  "inbounds": [
+    {{"listen": "127.0.0.1", "port": {api}, "protocol": "dokodemo-door",
+      "settings": {{"address": "127.0.0.1"}}, "tag": "API_INBOUND"}},
+    {{"tag": "VLESS TCP REALITY", "listen": "127.0.0.1", "port": {tcp}, "protocol": "vless",
+      "settings": {{"clients": [{{"email": "1.alice", "id": "{ID}", "flow": "xtls-rprx-vision"}}],
+                    "decryption": "none"}},
+      "streamSettings": {{"network": "tcp", "tcpSettings": {{}}, {}}}, {sniffing}}},
+    {{"tag": "VLESS GRPC REALITY", "listen": "127.0.0.1", "port": {grpc}, "protocol": "vless",
+      "settings": {{"clients": [{{"email": "1.alice", "id": "{ID}"}}], "decryption": "none"}},
+      "streamSettings": {{"network": "grpc", "grpcSettings": {{"serviceName": "xyz"}}, {}}}, {sniffing}}}
+  ],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "api": {{"services": ["HandlerService", "StatsService", "LoggerService"], "tag": "API"}},
+  "stats": {{}},
+  "policy": {{
+    "levels": {{"0": {{"statsUserUplink": true, "statsUserDownlink": true}}}},
+    "system": {{"statsInboundDownlink": false, "statsInboundUplink": false,
+                "statsOutboundDownlink": true, "statsOutboundUplink": true}}
+  }}
+}}"#,
+        reality("/"),
+        reality("/example"),
+    );
+    reality_fields_known(&both_accept("marzban-reality", &cfg));
+    let f = ferry(&cfg, &[api, tcp, grpc]);
+    let sid = "ea1058117be12087";
+    let vision = |sni: &str| {
+        xray_outbound(
+            "vless",
+            "xtls-rprx-vision",
+            tcp,
+            r#""network": "raw""#,
+            &client_reality(sni, &pbk, sid),
+        )
+    };
+    let grpc_out = xray_outbound(
+        "vless",
+        "",
+        grpc,
+        r#""network": "grpc", "grpcSettings": {"serviceName": "xyz"}"#,
+        &client_reality(SNI, &pbk, sid),
+    );
+    let (c1, e1) = xray_client(echo.port(), &vision(SNI));
+    let (c2, e2) = xray_client(echo.port(), &vision(""));
+    let (c3, e3) = xray_client(echo.port(), &grpc_out);
+    let logs = || all_logs(&[&f, &c1, &c2, &c3, &site.proc]);
+    carry("Marzban VLESS TCP REALITY", e1, &logs);
+    carry("Marzban VLESS TCP REALITY, no SNI", e2, &logs);
+    carry("Marzban VLESS GRPC REALITY", e3, &logs);
+    probe_meets_the_site("Marzban VLESS TCP REALITY", tcp, &logs);
+}
+
+/// A Remnawave config profile's REALITY inbound (its docs' shape: `raw`, `target`,
+/// `shortIds: [""]`) as the node starts the core with it: the panel puts users in as
+/// `{id, email}` and Vision as the inbound's own `settings.flow`; the node adds its API on a
+/// `tunnel` inbound with no settings on an abstract socket, `api`, `stats` and `policy`.
+#[test]
+fn remnawave_vless_reality() {
+    const PRIVATE: &str = "GCBf6nYAUkdcW623U1AJDSB4YI0N-6LscEUm_11Hb0A";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let echo = echo_server();
+    let port = free_port();
+    let sock = format!("@ferry-test-remnawave-api-{}-{port}", std::process::id());
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "info"}},
+  "inbounds": [
+    {{"tag": "REMNAWAVE_API_INBOUND", "listen": "{sock}", "protocol": "tunnel"}},
+    {{"tag": "VLESS_TCP_REALITY", "port": {port}, "listen": "127.0.0.1", "protocol": "vless",
+      "settings": {{"clients": [{{"id": "{ID}", "email": "1"}}], "decryption": "none",
+                    "flow": "xtls-rprx-vision"}},
+      "sniffing": {{"enabled": true, "destOverride": ["http", "tls", "quic"]}},
+      "streamSettings": {{"network": "raw", "security": "reality",
+        "realitySettings": {{"target": "127.0.0.1:{site}", "show": false, "xver": 0,
+          "shortIds": [""], "privateKey": "{PRIVATE}", "serverNames": ["{SNI}"]}}}}}}
+  ],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "routing": {{"rules": [{{"inboundTag": ["REMNAWAVE_API_INBOUND"], "outboundTag": "REMNAWAVE_API"}}]}},
+  "stats": {{}},
+  "api": {{"services": ["HandlerService", "StatsService", "RoutingService"], "tag": "REMNAWAVE_API"}},
+  "policy": {{
+    "levels": {{"0": {{"statsUserUplink": true, "statsUserDownlink": true, "statsUserOnline": false}}}},
+    "system": {{"statsInboundDownlink": true, "statsInboundUplink": true,
+                "statsOutboundDownlink": true, "statsOutboundUplink": true}}
+  }}
+}}"#,
+        site = site.port
+    );
+    reality_fields_known(&both_accept("remnawave-reality", &cfg));
+    let f = ferry(&cfg, &[port]);
+    let out = xray_outbound(
+        "vless",
+        "xtls-rprx-vision",
+        port,
+        r#""network": "raw""#,
+        &client_reality(SNI, &pbk, ""),
+    );
+    let (c, entry) = xray_client(echo.port(), &out);
+    let logs = || all_logs(&[&f, &c, &site.proc]);
+    carry("Remnawave VLESS Vision REALITY", entry, &logs);
+    probe_meets_the_site("Remnawave VLESS Vision REALITY", port, &logs);
+}
+
+/// HAProxy in front of Hiddify's core: takes TCP on a loopback port and relays each
+/// connection to the abstract socket `@@name` (padded, as Xray pads it) after a PROXY v2
+/// header.
+fn haproxy(name: &str) -> u16 {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    let mut padded = name.as_bytes().to_vec();
+    padded.resize(107, 0);
+    let addr = SocketAddr::from_abstract_name(&padded).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { continue };
+            // The core may still be starting: its abstract sockets come up beside its ports.
+            let t = Instant::now();
+            let u = loop {
+                match UnixStream::connect_addr(&addr) {
+                    Ok(u) => break Some(u),
+                    Err(_) if t.elapsed() < Duration::from_secs(5) => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    Err(_) => break None,
+                }
+            };
+            let Some(u) = u else { continue };
+            let (src, dst) = (c.peer_addr().unwrap(), c.local_addr().unwrap());
+            let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+            for a in [src, dst] {
+                let std::net::IpAddr::V4(ip) = a.ip() else {
+                    unreachable!()
+                };
+                h.extend_from_slice(&ip.octets());
+            }
+            h.extend_from_slice(&src.port().to_be_bytes());
+            h.extend_from_slice(&dst.port().to_be_bytes());
+            let (mut u2, mut c2) = (u.try_clone().unwrap(), c.try_clone().unwrap());
+            if (&u).write_all(&h).is_err() {
+                continue;
+            }
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut u2);
+                let _ = u2.shutdown(Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let (mut u, mut c) = (u, c);
+                let _ = std::io::copy(&mut u, &mut c);
+                let _ = c.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    port
+}
+
+/// Hiddify-Manager's REALITY inbounds (xray/configs/05_inbounds_02_reality_main.json.j2 as its
+/// renderer writes it): VLESS on the padded abstract sockets `@@realityin_PORT` behind HAProxy
+/// (`sockopt.acceptProxyProtocol`), Vision over raw with no `network` member, gRPC with flow
+/// "", `dest`, `shortIds` starting with "", a fallback to `@@http_in_h2` with PROXY v2; its
+/// log, API (`api.listen`), policy and stats files merged in as `-confdir` merges them.
+#[test]
+fn hiddify_vless_reality() {
+    const PRIVATE: &str = "OOp4KEGDcPn99y8ZKE7zYR6SW6SW5RPJUmk55P5XK0k";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let echo = echo_server();
+    let (api, tcp, grpc) = (free_port(), free_port(), free_port());
+    let sid = "3f8a91c2d4e5b607";
+    let inbound = |stream: &str, port: u16, flow: &str, network: &str| {
+        format!(
+            r#"{{"tag": "realityin_{stream}_{port}", "listen": "@@realityin_{port}", "protocol": "vless",
+      "settings": {{
+        "clients": [{{"id": "{ID}", "email": "{ID}@hiddify.com", "flow": "{flow}"}}],
+        "decryption": "none",
+        "fallbacks": [{{"dest": "@@http_in_h2", "xver": 2}}]}},
+      "streamSettings": {{{network}
+        "security": "reality",
+        "realitySettings": {{"show": false, "dest": "127.0.0.1:{site}", "xver": 0,
+          "serverNames": ["{SNI}"], "privateKey": "{PRIVATE}", "shortIds": ["", "{sid}"]}},
+        "sockopt": {{"acceptProxyProtocol": true, "tcpFastOpen": true}}}},
+      "sniffing": {{"enabled": true, "destOverride": ["http", "tls", "quic"]}}}}"#,
+            site = site.port
+        )
+    };
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "warning", "logid": true, "header": true}},
+  "api": {{"tag": "api", "listen": "127.0.0.1:{api}", "services": ["HandlerService", "LoggerService", "StatsService"]}},
+  "policy": {{
+    "levels": {{"0": {{"statsUserUplink": true, "statsUserDownlink": true, "statsUserOnline": true}}}},
+    "system": {{"statsInboundUplink": true, "statsInboundDownlink": true,
+                "statsOutboundUplink": true, "statsOutboundDownlink": true}}
+  }},
+  "stats": {{}},
+  "inbounds": [{}, {}],
+  "outbounds": [{{"tag": "freedom", "protocol": "freedom", "settings": {{}}}},
+                {{"protocol": "blackhole", "tag": "blackhole"}}]
+}}"#,
+        inbound("tcp", tcp, "xtls-rprx-vision", ""),
+        inbound(
+            "grpc",
+            grpc,
+            "",
+            r#""network": "grpc", "grpcSettings": {"serviceName": "Hx7vlessgrpc"},"#
+        ),
+    );
+    reality_fields_known(&both_accept("hiddify-reality", &cfg));
+    let f = ferry(&cfg, &[api]);
+    let (tcp_front, grpc_front) = (
+        haproxy(&format!("realityin_{tcp}")),
+        haproxy(&format!("realityin_{grpc}")),
+    );
+    let vision = xray_outbound(
+        "vless",
+        "xtls-rprx-vision",
+        tcp_front,
+        r#""network": "raw""#,
+        &client_reality(SNI, &pbk, sid),
+    );
+    let grpc_out = xray_outbound(
+        "vless",
+        "",
+        grpc_front,
+        r#""network": "grpc", "grpcSettings": {"serviceName": "Hx7vlessgrpc"}"#,
+        &client_reality(SNI, &pbk, ""),
+    );
+    let (c1, e1) = xray_client(echo.port(), &vision);
+    let (c2, e2) = xray_client(echo.port(), &grpc_out);
+    let logs = || all_logs(&[&f, &c1, &c2, &site.proc]);
+    carry("Hiddify VLESS Vision REALITY", e1, &logs);
+    carry("Hiddify VLESS gRPC REALITY", e2, &logs);
+    probe_meets_the_site("Hiddify VLESS Vision REALITY", tcp_front, &logs);
 }

@@ -70,7 +70,10 @@ pub fn parse(r: Option<Obj<'_>>, path: &str, outbound: bool) -> Result<Arc<Reali
             "is required when security is \"reality\"",
         ));
     };
-    r.ignore(&["show", "masterKeyLog"]);
+    // `settings`: 3x-ui keeps the client half of an inbound (publicKey, fingerprint,
+    // serverName, spiderX, mldsa65Verify) in a nested object here for its share links; Xray
+    // never reads it, so neither does Ferry.
+    r.ignore(&["show", "masterKeyLog", "settings"]);
     let layer = if outbound { client(&r)? } else { server(&r)? };
     r.finish();
     Ok(Arc::new(layer))
@@ -156,6 +159,7 @@ fn server(r: &Obj<'_>) -> Result<RealityLayer> {
         "spiderX",
         "publicKey",
         "password",
+        "mldsa65Verify",
     ]);
     let s = ServerSettings {
         target,
