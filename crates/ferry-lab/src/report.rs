@@ -48,6 +48,9 @@ pub struct Row {
     pub idle_rss_kb_before: Option<u64>,
     pub idle_rss_kb_after: Option<u64>,
     pub rss_bytes_per_conn: Option<f64>,
+    /// The idle test's RSS growth per connection of each process of the chain, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_bytes_per_conn_by_process: Option<Vec<(String, f64)>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handshake: Option<Handshakes>,
 }
@@ -123,6 +126,7 @@ impl Row {
             idle_rss_kb_before: None,
             idle_rss_kb_after: None,
             rss_bytes_per_conn: None,
+            idle_bytes_per_conn_by_process: None,
             handshake: None,
         }
     }
@@ -164,7 +168,13 @@ impl Row {
                     "ttfb p50 {:.3} ms, rtt p50 {:.3} ms p99 {:.3} ms",
                     t.p50_ms, r.p50_ms, r.p99_ms
                 ),
-                (_, _, Some(b)) => format!("{:.1} KiB RSS per idle connection", b / 1024.0),
+                (_, _, Some(b)) => format!(
+                    "{:.1} KiB RSS per idle connection{}",
+                    b / 1024.0,
+                    by_process(self)
+                        .map(|s| format!(" ({s})"))
+                        .unwrap_or_default()
+                ),
                 _ => format!(
                     "{:.1} MB/s ({:.2} Gbit/s), {:.2} CPU-s/GB, peak RSS {:.1} MiB",
                     self.mb_per_s,
@@ -488,8 +498,8 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
             "## Memory per idle connection\n\nConnections held open through the chain (each confirmed end to end); RSS growth of all proxy processes divided by the count; median of {} run(s).\n",
             o.runs
         );
-        let _ = writeln!(md, "| scenario | implementation | connections | RSS before MiB | RSS after MiB | KiB per connection | min–max |");
-        let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(md, "| scenario | implementation | connections | RSS before MiB | RSS after MiB | KiB per connection | min–max | KiB per connection by process |");
+        let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---|");
         for (k, a) in idle {
             let ok: Vec<&Row> = a.rows.iter().filter(|r| r.status == Status::Ok).collect();
             match (status_cell(a), ok.is_empty()) {
@@ -498,20 +508,21 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
                     let kib = |r: &Row| r.rss_bytes_per_conn.unwrap_or(0.0) / 1024.0;
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {} |",
+                        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} |",
                         k.0,
                         k.1,
                         k.3,
                         m(&|r| r.idle_rss_kb_before.unwrap_or(0) as f64 / 1024.0),
                         m(&|r| r.idle_rss_kb_after.unwrap_or(0) as f64 / 1024.0),
                         m(&kib),
-                        range(ok.iter().map(|r| kib(r)), 1)
+                        range(ok.iter().map(|r| kib(r)), 1),
+                        by_process_median(&ok)
                     );
                 }
                 (cell, _) => {
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {} | {} | | | |",
+                        "| {} | {} | {} | {} | | | | |",
                         k.0,
                         k.1,
                         k.3,
@@ -561,6 +572,39 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
         }
     }
     md
+}
+
+/// An idle row's growth per connection by process: "client 10.2, server 11.3" (KiB).
+fn by_process(r: &Row) -> Option<String> {
+    let v = r.idle_bytes_per_conn_by_process.as_ref()?;
+    Some(
+        v.iter()
+            .map(|(n, b)| format!("{n} {:.1}", b / 1024.0))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+/// [`by_process`] as the median over runs, process by process.
+fn by_process_median(rows: &[&Row]) -> String {
+    let Some(names) = rows
+        .iter()
+        .find_map(|r| r.idle_bytes_per_conn_by_process.as_ref())
+    else {
+        return String::new();
+    };
+    names
+        .iter()
+        .map(|(n, _)| {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter_map(|r| r.idle_bytes_per_conn_by_process.as_ref())
+                .filter_map(|x| x.iter().find(|(m, _)| m == n).map(|(_, b)| b / 1024.0))
+                .collect();
+            format!("{n} {:.1}", median(v))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// "min–max" of the values, `prec` decimals ("–" when there are none).

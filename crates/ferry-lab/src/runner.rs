@@ -803,13 +803,30 @@ impl Ctx<'_> {
             Test::Idle => {
                 std::thread::sleep(Duration::from_millis(300));
                 let base = chain.procs.usage();
+                let base_by = chain.procs.usage_by_name();
                 let held = self
                     .rt
                     .block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
                 std::thread::sleep(Duration::from_secs(1));
                 let after = chain.procs.usage();
+                let after_by = chain.procs.usage_by_name();
                 chain.procs.check_alive()?;
                 drop(held);
+                // Which process holds the memory: growth per connection of each one.
+                row.idle_bytes_per_conn_by_process = Some(
+                    after_by
+                        .iter()
+                        .map(|(name, a)| {
+                            let b = base_by
+                                .iter()
+                                .find(|(n, _)| n == name)
+                                .map(|(_, u)| u.rss_kb)
+                                .unwrap_or(0);
+                            let per = (a.rss_kb as f64 - b as f64) * 1024.0 / job.param as f64;
+                            (name.clone(), per)
+                        })
+                        .collect(),
+                );
                 row.idle_rss_kb_before = Some(base.rss_kb);
                 row.idle_rss_kb_after = Some(after.rss_kb);
                 row.rss_bytes_per_conn =
