@@ -111,6 +111,10 @@ enum Cmd {
         /// Measure time to first byte and round trips instead of throughput.
         #[arg(long)]
         latency: bool,
+        /// Measure fresh connections (--handshakes of them, one at a time, then
+        /// --handshake-concurrency at a time) instead of throughput.
+        #[arg(long, conflicts_with = "latency")]
+        handshake: bool,
         #[command(flatten)]
         probe: Probe,
         #[command(flatten)]
@@ -161,6 +165,12 @@ struct Probe {
     /// Message size of the round trips.
     #[arg(long, default_value_t = 64)]
     rr_size: usize,
+    /// Fresh connections per phase of the handshake test (one at a time, then in parallel).
+    #[arg(long, default_value_t = 1000)]
+    handshakes: usize,
+    /// Fresh connections in flight at once in the handshake test's parallel phase.
+    #[arg(long, default_value_t = 8)]
+    handshake_concurrency: usize,
 }
 
 fn timestamp() -> String {
@@ -207,6 +217,8 @@ fn real_main() -> Result<ExitCode> {
                     ttfb_count,
                     rr_count,
                     rr_size,
+                    handshakes,
+                    handshake_concurrency,
                 },
             inner,
             no_charts,
@@ -218,8 +230,8 @@ fn real_main() -> Result<ExitCode> {
             if reverse && !tests.contains(&Test::Iperf3Reverse) && tests.contains(&Test::Iperf3) {
                 tests.push(Test::Iperf3Reverse);
             }
-            if streams.contains(&0) || runs == 0 {
-                bail!("--streams and --runs must be at least 1");
+            if streams.contains(&0) || runs == 0 || handshakes == 0 || handshake_concurrency == 0 {
+                bail!("--streams, --runs, --handshakes and --handshake-concurrency must be at least 1");
             }
             for i in &impls {
                 if !runner::ALL_IMPLS.contains(&i.as_str()) {
@@ -247,6 +259,8 @@ fn real_main() -> Result<ExitCode> {
                 ttfb_count,
                 rr_count,
                 rr_size,
+                handshakes,
+                handshake_concurrency,
                 inner_tls,
                 charts: !no_charts,
             };
@@ -295,12 +309,15 @@ fn real_main() -> Result<ExitCode> {
             concurrency,
             reverse,
             latency,
+            handshake,
             probe:
                 Probe {
                     stall,
                     ttfb_count,
                     rr_count,
                     rr_size,
+                    handshakes,
+                    handshake_concurrency,
                 },
             inner,
         } => {
@@ -311,6 +328,22 @@ fn real_main() -> Result<ExitCode> {
             };
             let stall = Duration::from_secs_f64(stall);
             let rt = tokio::runtime::Runtime::new()?;
+            if handshake {
+                for conc in [1, handshake_concurrency] {
+                    let b = rt.block_on(loadgen::fresh_conns(
+                        &target,
+                        handshakes,
+                        conc,
+                        runner::HANDSHAKE_MSG,
+                        stall,
+                    ))?;
+                    println!(
+                        "{} fresh connections, {} at a time: {:.1} conn/s, time to the echo p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms",
+                        b.conns, b.concurrency, b.conns_per_s, b.ttfb.p50_ms, b.ttfb.p90_ms, b.ttfb.p99_ms
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             if latency {
                 let t = rt.block_on(loadgen::ttfb(&target, ttfb_count, stall))?;
                 let r = rt.block_on(loadgen::round_trips(&target, rr_size, rr_count, stall))?;

@@ -115,6 +115,37 @@ impl ProcSet {
         pids
     }
 
+    /// Usage of each started process with its descendants, by process name (a scenario's
+    /// role: "client", "server", "target", ...), in start order.
+    pub fn usage_by_name(&self) -> Vec<(String, Usage)> {
+        let table = ppid_table();
+        self.procs
+            .iter()
+            .map(|p| {
+                let mut pids = vec![p.pid()];
+                let mut i = 0;
+                while i < pids.len() {
+                    let parent = pids[i];
+                    for (pid, ppid) in &table {
+                        if *ppid == parent && !pids.contains(pid) {
+                            pids.push(*pid);
+                        }
+                    }
+                    i += 1;
+                }
+                let mut u = Usage::default();
+                for pid in pids {
+                    if let Some(x) = usage_of(pid) {
+                        u.cpu_secs += x.cpu_secs;
+                        u.rss_kb += x.rss_kb;
+                        u.hwm_kb += x.hwm_kb;
+                    }
+                }
+                (p.name.clone(), u)
+            })
+            .collect()
+    }
+
     /// Summed usage of every process (and descendants).
     pub fn usage(&self) -> Usage {
         let mut u = Usage::default();

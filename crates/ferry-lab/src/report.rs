@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::loadgen::Percentiles;
+use crate::loadgen::{ConnBurst, Percentiles};
 use crate::runner::{RunOpts, Test, ALL_IMPLS};
 
 /// How a measurement ended.
@@ -48,6 +48,60 @@ pub struct Row {
     pub idle_rss_kb_before: Option<u64>,
     pub idle_rss_kb_after: Option<u64>,
     pub rss_bytes_per_conn: Option<f64>,
+    /// The idle test's RSS growth per connection of each process of the chain, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_bytes_per_conn_by_process: Option<Vec<(String, f64)>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshake: Option<Handshakes>,
+}
+
+/// One phase of the handshake test: the burst and the CPU each role spent on it.
+#[derive(Clone, Debug, Serialize)]
+pub struct HandshakePhase {
+    pub burst: ConnBurst,
+    /// CPU seconds of the process named "server" (the side that accepts the handshakes).
+    pub server_cpu_secs: f64,
+    /// CPU seconds of the process named "client" (the side that starts them).
+    pub client_cpu_secs: f64,
+    /// CPU seconds of every other process of the chain (e.g. a REALITY target, nginx).
+    pub other_cpu_secs: f64,
+}
+
+impl HandshakePhase {
+    /// CPU seconds per 1000 handshakes.
+    pub fn per_1000(&self, cpu: f64) -> f64 {
+        if self.burst.conns == 0 {
+            return 0.0;
+        }
+        cpu * 1000.0 / self.burst.conns as f64
+    }
+}
+
+/// The handshake test: fresh connections one at a time, then many at a time.
+#[derive(Clone, Debug, Serialize)]
+pub struct Handshakes {
+    /// Bytes each connection sent and got echoed.
+    pub message_bytes: usize,
+    pub sequential: HandshakePhase,
+    pub parallel: HandshakePhase,
+}
+
+impl Handshakes {
+    /// Connections of both phases.
+    pub fn conns(&self) -> usize {
+        self.sequential.burst.conns + self.parallel.burst.conns
+    }
+
+    /// CPU seconds per 1000 handshakes over both phases, for the server, client and others.
+    pub fn cpu_per_1000(&self) -> (f64, f64, f64) {
+        let n = self.conns().max(1) as f64 / 1000.0;
+        let (a, b) = (&self.sequential, &self.parallel);
+        (
+            (a.server_cpu_secs + b.server_cpu_secs) / n,
+            (a.client_cpu_secs + b.client_cpu_secs) / n,
+            (a.other_cpu_secs + b.other_cpu_secs) / n,
+        )
+    }
 }
 
 impl Row {
@@ -72,6 +126,8 @@ impl Row {
             idle_rss_kb_before: None,
             idle_rss_kb_after: None,
             rss_bytes_per_conn: None,
+            idle_bytes_per_conn_by_process: None,
+            handshake: None,
         }
     }
 
@@ -93,12 +149,32 @@ impl Row {
     /// One line for the progress output.
     pub fn summary(&self) -> String {
         match self.status {
+            Status::Ok if self.handshake.is_some() => {
+                let h = self.handshake.as_ref().expect("checked");
+                let (srv, cli, oth) = h.cpu_per_1000();
+                format!(
+                    "{:.0} conn/s (ttfb p50 {:.2} ms p99 {:.2} ms) one at a time, {:.0} conn/s (p50 {:.2} ms p99 {:.2} ms) {} at a time; CPU-s per 1000: server {srv:.3}, client {cli:.3}, other {oth:.3}",
+                    h.sequential.burst.conns_per_s,
+                    h.sequential.burst.ttfb.p50_ms,
+                    h.sequential.burst.ttfb.p99_ms,
+                    h.parallel.burst.conns_per_s,
+                    h.parallel.burst.ttfb.p50_ms,
+                    h.parallel.burst.ttfb.p99_ms,
+                    h.parallel.burst.concurrency,
+                )
+            }
             Status::Ok => match (&self.ttfb, &self.rtt, self.rss_bytes_per_conn) {
                 (Some(t), Some(r), _) => format!(
                     "ttfb p50 {:.3} ms, rtt p50 {:.3} ms p99 {:.3} ms",
                     t.p50_ms, r.p50_ms, r.p99_ms
                 ),
-                (_, _, Some(b)) => format!("{:.1} KiB RSS per idle connection", b / 1024.0),
+                (_, _, Some(b)) => format!(
+                    "{:.1} KiB RSS per idle connection{}",
+                    b / 1024.0,
+                    by_process(self)
+                        .map(|s| format!(" ({s})"))
+                        .unwrap_or_default()
+                ),
                 _ => format!(
                     "{:.1} MB/s ({:.2} Gbit/s), {:.2} CPU-s/GB, peak RSS {:.1} MiB",
                     self.mb_per_s,
@@ -203,8 +279,11 @@ pub struct Agg {
     pub rows: Vec<Row>,
 }
 
+/// (scenario, implementation, test, streams): what [`aggregate`] groups rows by.
+pub type AggKey = (String, String, String, usize);
+
 /// Groups rows by (scenario, impl, test, streams) in first-seen order.
-pub fn aggregate(rows: &[Row]) -> Vec<((String, String, String, usize), Agg)> {
+pub fn aggregate(rows: &[Row]) -> Vec<(AggKey, Agg)> {
     let mut order: Vec<(String, String, String, usize)> = Vec::new();
     let mut groups: BTreeMap<(String, String, String, usize), Vec<Row>> = BTreeMap::new();
     for r in rows {
@@ -295,9 +374,13 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
             human_bytes(o.amount),
             o.runs
         );
-        let bcol = base
+        let spread = o.runs > 1;
+        let mut bcol = base
             .map(|b| format!(" speed vs {b} | CPU/GB vs {b} |"))
             .unwrap_or_default();
+        if spread {
+            bcol.push_str(" MB/s min–max | CPU-s/GB min–max |");
+        }
         let _ = writeln!(
             md,
             "| scenario | implementation | conns | MB/s | Gbit/s | CPU-s/GB | peak RSS MiB |{bcol}"
@@ -305,7 +388,8 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
         let _ = writeln!(
             md,
             "|---|---|---:|---:|---:|---:|---:|{}",
-            if base.is_some() { "---:|---:|" } else { "" }
+            if base.is_some() { "---:|---:|" } else { "" }.to_string()
+                + if spread { "---:|---:|" } else { "" }
         );
         for (k, a) in these {
             let basecells = match base {
@@ -331,20 +415,31 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
                         k.0,
                         k.1,
                         k.3,
-                        if base.is_some() { " | |" } else { "" }
+                        if base.is_some() { " | |" } else { "" }.to_string()
+                            + if spread { " | |" } else { "" }
                     );
                 }
                 None => {
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.1} |{basecells}",
+                        "| {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.1} |{basecells}{}",
                         k.0,
                         k.1,
                         k.3,
                         a.mb_per_s,
                         a.mb_per_s * 8.0 / 1000.0,
                         a.cpu_per_gb,
-                        a.peak_rss_kb as f64 / 1024.0
+                        a.peak_rss_kb as f64 / 1024.0,
+                        if spread {
+                            let ok = || a.rows.iter().filter(|r| r.status == Status::Ok);
+                            format!(
+                                " {} | {} |",
+                                range(ok().map(|r| r.mb_per_s), 1),
+                                range(ok().map(|r| r.cpu_secs_per_gb), 2)
+                            )
+                        } else {
+                            String::new()
+                        }
                     );
                 }
             }
@@ -400,29 +495,34 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
     if !idle.is_empty() {
         let _ = writeln!(
             md,
-            "## Memory per idle connection\n\nConnections held open through the chain (each confirmed end to end); RSS growth of all proxy processes divided by the count.\n"
+            "## Memory per idle connection\n\nConnections held open through the chain (each confirmed end to end); RSS growth of all proxy processes divided by the count; median of {} run(s).\n",
+            o.runs
         );
-        let _ = writeln!(md, "| scenario | implementation | connections | RSS before MiB | RSS after MiB | KiB per connection |");
-        let _ = writeln!(md, "|---|---|---:|---:|---:|---:|");
+        let _ = writeln!(md, "| scenario | implementation | connections | RSS before MiB | RSS after MiB | KiB per connection | min–max | KiB per connection by process |");
+        let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---|");
         for (k, a) in idle {
-            let r = a.rows.iter().find(|r| r.status == Status::Ok);
-            match (status_cell(a), r) {
-                (None, Some(r)) => {
+            let ok: Vec<&Row> = a.rows.iter().filter(|r| r.status == Status::Ok).collect();
+            match (status_cell(a), ok.is_empty()) {
+                (None, false) => {
+                    let m = |f: &dyn Fn(&Row) -> f64| median(ok.iter().map(|r| f(r)).collect());
+                    let kib = |r: &Row| r.rss_bytes_per_conn.unwrap_or(0.0) / 1024.0;
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+                        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} |",
                         k.0,
                         k.1,
                         k.3,
-                        r.idle_rss_kb_before.unwrap_or(0) as f64 / 1024.0,
-                        r.idle_rss_kb_after.unwrap_or(0) as f64 / 1024.0,
-                        r.rss_bytes_per_conn.unwrap_or(0.0) / 1024.0
+                        m(&|r| r.idle_rss_kb_before.unwrap_or(0) as f64 / 1024.0),
+                        m(&|r| r.idle_rss_kb_after.unwrap_or(0) as f64 / 1024.0),
+                        m(&kib),
+                        range(ok.iter().map(|r| kib(r)), 1),
+                        by_process_median(&ok)
                     );
                 }
                 (cell, _) => {
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {} | {} | | |",
+                        "| {} | {} | {} | {} | | | | |",
                         k.0,
                         k.1,
                         k.3,
@@ -433,6 +533,7 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
         }
         let _ = writeln!(md);
     }
+    handshake_table(&mut md, o, &aggs);
     let errors: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Error).collect();
     if !errors.is_empty() {
         let _ = writeln!(md, "## Errors\n");
@@ -471,6 +572,166 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
         }
     }
     md
+}
+
+/// An idle row's growth per connection by process: "client 10.2, server 11.3" (KiB).
+fn by_process(r: &Row) -> Option<String> {
+    let v = r.idle_bytes_per_conn_by_process.as_ref()?;
+    Some(
+        v.iter()
+            .map(|(n, b)| format!("{n} {:.1}", b / 1024.0))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+/// [`by_process`] as the median over runs, process by process.
+fn by_process_median(rows: &[&Row]) -> String {
+    let Some(names) = rows
+        .iter()
+        .find_map(|r| r.idle_bytes_per_conn_by_process.as_ref())
+    else {
+        return String::new();
+    };
+    names
+        .iter()
+        .map(|(n, _)| {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter_map(|r| r.idle_bytes_per_conn_by_process.as_ref())
+                .filter_map(|x| x.iter().find(|(m, _)| m == n).map(|(_, b)| b / 1024.0))
+                .collect();
+            format!("{n} {:.1}", median(v))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "min–max" of the values, `prec` decimals ("–" when there are none).
+fn range(v: impl Iterator<Item = f64>, prec: usize) -> String {
+    let v: Vec<f64> = v.collect();
+    if v.is_empty() {
+        return "–".into();
+    }
+    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.prec$}–{hi:.prec$}")
+}
+
+/// The handshake test's table: medians over the runs, with min–max where runs > 1.
+fn handshake_table(md: &mut String, o: &RunOpts, aggs: &[(AggKey, Agg)]) {
+    let these: Vec<_> = aggs
+        .iter()
+        .filter(|(k, a)| k.2 == "handshake" && a.status != Status::Skipped)
+        .collect();
+    if these.is_empty() {
+        return;
+    }
+    let conc = these.first().map(|(k, _)| k.3).unwrap_or(0);
+    let inner = match &o.inner_tls {
+        Some(t) => format!(
+            " Each connection also runs {} from loadgen to the receiver.",
+            t.describe()
+        ),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        md,
+        "## Handshakes (fresh connections)\n\n{n} fresh connections one at a time, then {n} with {conc} in flight. Each connects to the chain's entry, sends {msg} bytes and waits for their echo from the receiver, then closes: the client dials the server (and its handshake) for every one. conn/s = connections / wall time; TTFB = from connect to the echo, ms. CPU per 1000 handshakes is over both phases (teardown included), by process: **server** (the one that accepts the handshakes), client, and target (the other processes: REALITY's website, nginx). Median of {runs} run(s){mm}.{inner}\n",
+        n = o.handshakes,
+        msg = crate::runner::HANDSHAKE_MSG,
+        runs = o.runs,
+        mm = if o.runs > 1 { ", min–max in brackets" } else { "" },
+    );
+    let base = o.baseline.as_deref();
+    let bcol = base
+        .map(|b| format!(" conn/s ({conc}) vs {b} | handshakes per server CPU-s vs {b} |"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        md,
+        "| scenario | implementation | conn/s (1) | TTFB p50 | TTFB p99 | conn/s ({conc}) | TTFB p50 | TTFB p99 | server CPU-s per 1000 | handshakes per server CPU-s | client CPU-s per 1000 | target CPU-s per 1000 |{bcol}"
+    );
+    let _ = writeln!(
+        md,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+        if base.is_some() { "---:|---:|" } else { "" }
+    );
+    let hs = |a: &Agg| -> Vec<Handshakes> {
+        a.rows
+            .iter()
+            .filter(|r| r.status == Status::Ok)
+            .filter_map(|r| r.handshake.clone())
+            .collect()
+    };
+    let cell = |v: Vec<f64>, prec: usize| -> String {
+        let m = median(v.clone());
+        if v.len() > 1 {
+            format!("{m:.prec$} ({})", range(v.into_iter(), prec))
+        } else {
+            format!("{m:.prec$}")
+        }
+    };
+    let per_cpu = |h: &Handshakes| {
+        let s = h.cpu_per_1000().0;
+        if s > 0.0 {
+            1000.0 / s
+        } else {
+            0.0
+        }
+    };
+    for (k, a) in these {
+        if let Some(c) = status_cell(a) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {c} | | | | | | | | | |{}",
+                k.0,
+                k.1,
+                if base.is_some() { " | |" } else { "" }
+            );
+            continue;
+        }
+        let h = hs(a);
+        let col =
+            |f: &dyn Fn(&Handshakes) -> f64, prec: usize| cell(h.iter().map(f).collect(), prec);
+        let basecells = match base {
+            None => String::new(),
+            Some(b) => {
+                let bk = (k.0.clone(), b.to_string(), k.2.clone(), k.3);
+                match aggs.iter().find(|(x, _)| *x == bk) {
+                    Some((_, ba)) if ba.status == Status::Ok => {
+                        let bh = hs(ba);
+                        let m = |v: &[Handshakes], f: &dyn Fn(&Handshakes) -> f64| {
+                            median(v.iter().map(f).collect())
+                        };
+                        let rate = |x: &Handshakes| x.parallel.burst.conns_per_s;
+                        format!(
+                            " {:.2}× | {:.2}× |",
+                            ratio(m(&h, &rate), m(&bh, &rate)),
+                            ratio(m(&h, &per_cpu), m(&bh, &per_cpu))
+                        )
+                    }
+                    _ => " – | – |".into(),
+                }
+            }
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{basecells}",
+            k.0,
+            k.1,
+            col(&|x| x.sequential.burst.conns_per_s, 0),
+            col(&|x| x.sequential.burst.ttfb.p50_ms, 2),
+            col(&|x| x.sequential.burst.ttfb.p99_ms, 2),
+            col(&|x| x.parallel.burst.conns_per_s, 0),
+            col(&|x| x.parallel.burst.ttfb.p50_ms, 2),
+            col(&|x| x.parallel.burst.ttfb.p99_ms, 2),
+            col(&|x| x.cpu_per_1000().0, 3),
+            col(&per_cpu, 0),
+            col(&|x| x.cpu_per_1000().1, 3),
+            col(&|x| x.cpu_per_1000().2, 3),
+        );
+    }
+    let _ = writeln!(md);
 }
 
 fn ratio(a: f64, b: f64) -> f64 {

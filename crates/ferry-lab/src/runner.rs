@@ -40,6 +40,11 @@ pub enum Test {
     Reverse,
     /// Time to first byte through the chain and small-message round trips.
     Latency,
+    /// Fresh connections through the chain, one after another and `--handshake-concurrency`
+    /// at a time: connections per second, time to the first byte back, and each process's CPU
+    /// per 1000 handshakes (alias `handshakes`).
+    #[value(alias = "handshakes")]
+    Handshake,
     /// RSS per held idle connection (the memory scenario; alias `memory`).
     #[value(alias = "memory")]
     Idle,
@@ -76,6 +81,7 @@ impl Test {
             Test::Iperf3 => ("iperf3", "iperf3 -c → chain → iperf3 -s"),
             Test::Iperf3Reverse => ("iperf3 reverse", "iperf3 -s → chain → iperf3 -c -R"),
             Test::Latency => ("Latency", ""),
+            Test::Handshake => ("Handshakes", ""),
             Test::Idle => ("Idle", ""),
         }
     }
@@ -87,6 +93,7 @@ impl Test {
             Test::Throughput => "throughput",
             Test::Reverse => "reverse",
             Test::Latency => "latency",
+            Test::Handshake => "handshake",
             Test::Idle => "idle",
             Test::Iperf3 => "iperf3",
             Test::Iperf3Reverse => "iperf3-reverse",
@@ -116,6 +123,10 @@ pub struct RunOpts {
     pub ttfb_count: usize,
     pub rr_count: usize,
     pub rr_size: usize,
+    /// Fresh connections per phase of the handshake test (sequential, then parallel).
+    pub handshakes: usize,
+    /// Connections in flight at once in the handshake test's parallel phase.
+    pub handshake_concurrency: usize,
     /// loadgen speaks TLS to the receiver through the chain (not iperf3, which has no TLS).
     pub inner_tls: Option<InnerTls>,
     /// Write charts (PNG).
@@ -235,6 +246,7 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
                         o.streams.clone()
                     }
                     Test::Latency => vec![1],
+                    Test::Handshake => vec![o.handshake_concurrency],
                     Test::Idle => o.idle.clone(),
                 };
                 for p in params {
@@ -330,9 +342,13 @@ fn param_label(t: Test, p: usize) -> String {
             format!("x{p}")
         }
         Test::Idle => format!("{p} conns"),
+        Test::Handshake => format!("{p} in parallel"),
         Test::Latency => String::new(),
     }
 }
+
+/// Bytes each fresh connection of the handshake test sends and gets back.
+pub const HANDSHAKE_MSG: usize = 32;
 
 /// The self-signed certificate of a run.
 #[derive(Clone, Debug)]
@@ -343,6 +359,9 @@ struct Cert {
 }
 
 const SERVER_NAME: &str = "lab.ferry.test";
+/// The REALITY scenarios' website (their `target`, nginx) serves this name with the same
+/// certificate (`{{reality_sni}}`).
+const REALITY_SITE: &str = "reality.test";
 
 fn make_cert(dir: &Path) -> Result<Cert> {
     let cert = dir.join("cert.pem");
@@ -359,7 +378,9 @@ fn make_cert(dir: &Path) -> Result<Cert> {
         .args(["-nodes", "-days", "30", "-subj"])
         .arg(format!("/CN={SERVER_NAME}"))
         .arg("-addext")
-        .arg(format!("subjectAltName=DNS:{SERVER_NAME}"))
+        .arg(format!(
+            "subjectAltName=DNS:{SERVER_NAME},DNS:{REALITY_SITE}"
+        ))
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -704,17 +725,108 @@ impl Ctx<'_> {
                 row.ttfb = Some(ttfb);
                 row.rtt = Some(rtt);
             }
+            Test::Handshake => {
+                let role_cpu = |u: &[(String, procs::Usage)], role: &str| -> f64 {
+                    u.iter()
+                        .filter(|(n, _)| match role {
+                            "client" | "server" => n == role,
+                            _ => n != "client" && n != "server",
+                        })
+                        .map(|(_, x)| x.cpu_secs)
+                        .sum()
+                };
+                let n = o.handshakes;
+                let mut phases = Vec::new();
+                for conc in [1, job.param] {
+                    // Settle: connections of the warm-up (or the last phase) are torn down
+                    // before the sample, and this phase's teardown is inside its own.
+                    std::thread::sleep(Duration::from_millis(300));
+                    let u0 = chain.procs.usage_by_name();
+                    let burst = self
+                        .rt
+                        .block_on(loadgen::fresh_conns(
+                            &target,
+                            n,
+                            conc,
+                            HANDSHAKE_MSG,
+                            o.stall,
+                        ))
+                        .with_context(|| format!("fresh connections, {conc} at a time"))?;
+                    std::thread::sleep(Duration::from_millis(300));
+                    let u1 = chain.procs.usage_by_name();
+                    let d = |role: &str| role_cpu(&u1, role) - role_cpu(&u0, role);
+                    phases.push(crate::report::HandshakePhase {
+                        burst,
+                        server_cpu_secs: d("server"),
+                        client_cpu_secs: d("client"),
+                        other_cpu_secs: d("other"),
+                    });
+                }
+                let after = chain.procs.usage();
+                chain.procs.check_alive()?;
+                // The receiver must have echoed every connection, exactly (its report of a
+                // connection comes when the chain has passed the close on).
+                let mut echoed = 0;
+                let t0 = Instant::now();
+                while echoed < 2 * n && t0.elapsed() < Duration::from_secs(5) {
+                    for r in reports.take() {
+                        if let Some(e) = &r.error {
+                            bail!("receiver: {e}");
+                        }
+                        if r.mode == Some(crate::wire::Mode::Echo) {
+                            if r.bytes != HANDSHAKE_MSG as u64 {
+                                bail!(
+                                    "byte-count mismatch at the receiver: an echo connection carried {} bytes, not {HANDSHAKE_MSG}",
+                                    r.bytes
+                                );
+                            }
+                            echoed += 1;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                if echoed != 2 * n {
+                    bail!(
+                        "the receiver echoed {echoed} connections, loadgen made {}",
+                        2 * n
+                    );
+                }
+                row.cpu_secs = after.cpu_secs - before.cpu_secs;
+                row.peak_rss_kb = after.hwm_kb;
+                row.handshake = Some(crate::report::Handshakes {
+                    message_bytes: HANDSHAKE_MSG,
+                    sequential: phases.remove(0),
+                    parallel: phases.remove(0),
+                });
+            }
             Test::Iperf3 | Test::Iperf3Reverse => unreachable!("measured by measure_iperf3"),
             Test::Idle => {
                 std::thread::sleep(Duration::from_millis(300));
                 let base = chain.procs.usage();
+                let base_by = chain.procs.usage_by_name();
                 let held = self
                     .rt
                     .block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
                 std::thread::sleep(Duration::from_secs(1));
                 let after = chain.procs.usage();
+                let after_by = chain.procs.usage_by_name();
                 chain.procs.check_alive()?;
                 drop(held);
+                // Which process holds the memory: growth per connection of each one.
+                row.idle_bytes_per_conn_by_process = Some(
+                    after_by
+                        .iter()
+                        .map(|(name, a)| {
+                            let b = base_by
+                                .iter()
+                                .find(|(n, _)| n == name)
+                                .map(|(_, u)| u.rss_kb)
+                                .unwrap_or(0);
+                            let per = (a.rss_kb as f64 - b as f64) * 1024.0 / job.param as f64;
+                            (name.clone(), per)
+                        })
+                        .collect(),
+                );
                 row.idle_rss_kb_before = Some(base.rss_kb);
                 row.idle_rss_kb_after = Some(after.rss_kb);
                 row.rss_bytes_per_conn =

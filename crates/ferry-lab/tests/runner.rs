@@ -143,6 +143,8 @@ fn opts(scenarios: &[&str], impls: &[&str], out: &Path, dir: &Path) -> RunOpts {
         ttfb_count: 10,
         rr_count: 50,
         rr_size: 64,
+        handshakes: 20,
+        handshake_concurrency: 4,
         inner_tls: None,
         charts: false,
     }
@@ -189,16 +191,36 @@ same_as = "xray"
     let out = tmp("ferry-out");
     let mut o = opts(&["relay", "wg"], &["ferry"], &out, &dir);
     o.ferry_bin = Some(bin);
-    o.tests = vec![Test::Throughput, Test::Reverse, Test::Latency];
+    o.tests = vec![
+        Test::Throughput,
+        Test::Reverse,
+        Test::Latency,
+        Test::Handshake,
+    ];
     let rows = runner::run(&o).unwrap();
     let relay: Vec<_> = rows.iter().filter(|r| r.scenario == "relay").collect();
-    assert_eq!(relay.len(), 3);
+    assert_eq!(relay.len(), 4);
     for r in relay {
         assert_eq!(r.status, Status::Ok, "{r:?}");
     }
     let lat = rows.iter().find(|r| r.test == "latency").unwrap();
     assert_eq!(lat.ttfb.as_ref().unwrap().samples, 10);
     assert_eq!(lat.rtt.as_ref().unwrap().samples, 50);
+    // Handshakes: 20 one at a time, 20 four at a time, every one echoed; the relay has one
+    // process (named "relay"), which counts as "other": no server CPU.
+    let hs = rows.iter().find(|r| r.test == "handshake").unwrap();
+    let h = hs.handshake.as_ref().unwrap();
+    assert_eq!(
+        (h.sequential.burst.conns, h.sequential.burst.concurrency),
+        (20, 1)
+    );
+    assert_eq!(
+        (h.parallel.burst.conns, h.parallel.burst.concurrency),
+        (20, 4)
+    );
+    assert_eq!(h.sequential.burst.ttfb.samples, 20);
+    assert!(h.parallel.burst.conns_per_s > 0.0);
+    assert_eq!(h.cpu_per_1000().0, 0.0);
     let wg: Vec<_> = rows.iter().filter(|r| r.scenario == "wg").collect();
     assert!(!wg.is_empty());
     for r in wg {
@@ -206,6 +228,8 @@ same_as = "xray"
     }
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
     assert!(md.contains("| wg | ferry | 1 | not yet |"), "{md}");
+    assert!(md.contains("## Handshakes (fresh connections)"), "{md}");
+    assert!(md.contains("| relay | ferry | "), "{md}");
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&dir);
 }

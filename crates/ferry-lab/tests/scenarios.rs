@@ -23,6 +23,8 @@ const MUST_SHIP: &[&str] = &[
     "ss-2022-blake3-aes-128-gcm",
     "ss-aes-128-cfb",
     "vmess-ws-tls-nginx",
+    "vless-reality",
+    "vless-vision-reality",
     "ssr-ciphers-rc4-md5-auth_aes128_md5-tls",
     "ssr-ciphers-aes-256-cfb-origin-plain",
     "ssr-ciphers-aead-aes-128-gcm",
