@@ -1399,6 +1399,62 @@ fn ferry_mldsa65_prints_what_xray_prints() {
     assert_eq!(ferry, xray);
 }
 
+/// `ferry link -c SERVER --host` prints a `vless://` link per user of a REALITY inbound;
+/// `ferry link LINK` turns it into an outbound; Xray and Ferry clients built from that outbound
+/// carry bytes through the server.
+#[test]
+fn share_links_of_a_reality_inbound_connect() {
+    let target = Target::new(None, true);
+    let echo = echo_server();
+    let sport = free_port();
+    let inbound = xray_inbound(Proto::Vision, sport, &format!("127.0.0.1:{}", target.port));
+    let scfg = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{inbound}],"outbounds":[{FREEDOM}]}}"#
+    );
+    let dir = tempdir::Dir::new("reality-link");
+    let path = dir.path().join("server.json");
+    std::fs::write(&path, &scfg).unwrap();
+    let ferry = Path::new(env!("CARGO_BIN_EXE_ferry"));
+    let o = Command::new(ferry)
+        .args(["link", "-c", path.to_str().unwrap(), "--host", "127.0.0.1"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let link = out
+        .split_whitespace()
+        .find(|w| w.starts_with("vless://"))
+        .unwrap_or_else(|| panic!("no vless:// link in {out:?}"))
+        .to_string();
+    assert!(
+        link.contains(&format!("pbk={PUBLIC_KEY}")) && link.contains("security=reality"),
+        "{link}"
+    );
+    let o = Command::new(ferry).args(["link", &link]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let outbound = String::from_utf8_lossy(&o.stdout).to_string();
+    let s = spawn(Ferry, &scfg, &[sport]);
+    for imp in [Xray, Ferry] {
+        let entry = free_port();
+        let ccfg = format!(
+            r#"{{"log":{{"loglevel":"debug"}},
+                "inbounds":[{{"listen":"127.0.0.1","port":{entry},"protocol":"dokodemo-door",
+                  "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
+                "outbounds":[{outbound}]}}"#,
+            echo.port()
+        );
+        let c = spawn(imp, &ccfg, &[entry]);
+        let sock = hello(entry, Duration::from_secs(15))
+            .unwrap_or_else(|e| panic!("{imp:?} client from {link}: {e}\n{}", logs(&[&s, &c])));
+        let data = pattern(2 << 20, 9);
+        assert!(echo_through(sock, &data) == data, "{imp:?}: bytes differ");
+    }
+}
+
 /// A ClientHello sealed for the server's key but an hour old (`maxTimeDiff` is ten minutes):
 /// a prober's, spliced to the target byte for byte.
 fn stale_clock(server_imp: Imp) {

@@ -164,7 +164,12 @@ impl VisionStream {
             &self.out,
             &mut self.out_pos
         ))?;
-        self.out.clear();
+        // A large framing buffer is not kept once written (idle connections hold little).
+        if self.out.capacity() > 16 << 10 {
+            self.out = Vec::new();
+        } else {
+            self.out.clear();
+        }
         self.out_pos = 0;
         Poll::Ready(Ok(()))
     }
@@ -226,7 +231,8 @@ impl VisionStream {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                self.rbuf = b;
+                // Hold no buffer while the peer is quiet (an idle connection's memory).
+                drop(b);
                 Poll::Pending
             }
         }
@@ -281,7 +287,7 @@ impl AsyncRead for VisionStream {
                 buf.put_slice(&me.ready[me.ready_pos..me.ready_pos + n]);
                 me.ready_pos += n;
                 if me.ready_pos == me.ready.len() {
-                    me.ready.clear();
+                    me.ready = Vec::new();
                     me.ready_pos = 0;
                 }
                 return Poll::Ready(Ok(()));
@@ -292,9 +298,11 @@ impl AsyncRead for VisionStream {
                     me.ready = std::mem::take(&mut me.raw_held);
                     continue;
                 }
+                me.rbuf = Vec::new();
                 return Pin::new(&mut me.inner).poll_read(cx, buf);
             }
             if state == ReadState::Plain && !me.filter.active() && me.response.is_none() {
+                me.rbuf = Vec::new();
                 return Pin::new(&mut me.inner).poll_read(cx, buf);
             }
             let mut data = ready!(me.poll_record(cx))?;
