@@ -34,11 +34,21 @@ async fn server(entries: &[(&str, &[&str])]) -> TestServer {
         })
         .collect();
     let table = Arc::new(table);
-    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let port = udp.local_addr().unwrap().port();
-    let tcp = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
+    // UDP and TCP on one port number: the TCP side of a fresh UDP port may be taken by another
+    // test's connection, so try again with another port.
+    let mut tries = 0;
+    let (udp, port, tcp) = loop {
+        let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let port = udp.local_addr().unwrap().port();
+        match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+            Ok(tcp) => break (udp, port, tcp),
+            Err(e) if tries < 50 => {
+                tries += 1;
+                let _ = e;
+            }
+            Err(e) => panic!("no port free for both UDP and TCP: {e}"),
+        }
+    };
     let hits = Arc::new(AtomicUsize::new(0));
     let (t, h) = (table.clone(), hits.clone());
     tokio::spawn(async move {
