@@ -68,7 +68,10 @@ fn reality_fields_known(warnings: &str) {
 fn get(port: u16, path: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    // One write: the server decides on its first read, as Xray's fallbacks do, and `write!`
+    // may send the formatted pieces as separate segments ("GET " alone has no path).
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
