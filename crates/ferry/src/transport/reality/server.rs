@@ -291,7 +291,8 @@ impl TargetFlight {
         use FlightError::*;
         let Some(n0) = record::complete(b) else {
             if b.len() >= 5
-                && (b[0] != record::HANDSHAKE || record::header(b).unwrap().1 > MAX_FLIGHT)
+                && (b[0] != record::HANDSHAKE
+                    || record::header(b).is_some_and(|(_, l)| l > MAX_FLIGHT))
             {
                 return Err(NotServerHello("first record"));
             }
@@ -320,7 +321,9 @@ impl TargetFlight {
         let mut combined = false;
         while lengths.len() < 4 {
             let Some(n) = record::complete(&b[at..]) else {
-                if b.len() - at >= 5 && record::header(&b[at..]).unwrap().1 > MAX_FLIGHT {
+                if b.len() - at >= 5
+                    && record::header(&b[at..]).is_some_and(|(_, l)| l > MAX_FLIGHT)
+                {
                     return Err(Shape("record too long"));
                 }
                 return Ok(None);
