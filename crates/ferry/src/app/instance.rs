@@ -428,7 +428,7 @@ impl Serve {
                         }
                     }
                 };
-                if let Some(grpc) = me.acceptor.grpc().cloned() {
+                if let Some(server) = me.acceptor.server().cloned() {
                     // Each call of the connection is served as a connection of its own.
                     let each = |s: crate::transport::BoxStream, info: ConnInfo| {
                         let me = me.clone();
@@ -445,10 +445,11 @@ impl Serve {
                             }
                         });
                     };
-                    if let Err(e) = grpc.serve(stream, &ctx.info, &each).await {
+                    if let Err(e) = server.serve(stream, &ctx.info, &each).await {
                         tracing::info!(
-                            "[{}] gRPC connection from {}: {e}",
+                            "[{}] {} connection from {}: {e}",
                             me.tag,
+                            server.name(),
                             ctx.info.source
                         );
                     }

@@ -10,6 +10,7 @@ pub mod reality;
 pub mod services;
 pub mod stream;
 pub mod tls;
+pub mod xhttp;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};

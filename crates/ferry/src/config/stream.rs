@@ -24,6 +24,21 @@ impl ParseStream for StreamSettings {
         let Some(s) = parent.obj("streamSettings")? else {
             return Ok(StreamSettings::default());
         };
+        let out = parse_stream_obj(&s, outbound, &[])?;
+        s.finish();
+        Ok(out)
+    }
+}
+
+/// Reads a stream settings object (`streamSettings`, or XHTTP's `downloadSettings`, whose
+/// own keys `skip` names).
+pub(crate) fn parse_stream_obj(
+    s: &Obj<'_>,
+    outbound: bool,
+    skip: &[&str],
+) -> Result<StreamSettings> {
+    {
+        s.ignore(skip);
         let mut out = StreamSettings::default();
         let mut default_alpn = super::tls::DEFAULT_ALPN;
         if let Some(n) = s.str_alias(&["network", "method"])? {
@@ -51,6 +66,14 @@ impl ParseStream for StreamSettings {
                     // first.
                     default_alpn = &["h2"];
                 }
+                "xhttp" | "splithttp" => {
+                    let o = match s.get_alias(&["xhttpSettings", "splithttpSettings"]) {
+                        Some((p, v)) => Some(Obj::new(v, p, s.diag())?),
+                        None => None,
+                    };
+                    let x = super::xhttp::parse(o, outbound)?;
+                    out.network = Network::Xhttp(Arc::new(x));
+                }
                 _ => {
                     let p = s
                         .get_alias(&["network", "method"])
@@ -69,11 +92,14 @@ impl ParseStream for StreamSettings {
                         Security::Tls(super::tls::parse(t, s.path(), outbound, default_alpn)?);
                 }
                 "reality" => {
-                    // As Xray: REALITY carries RAW (and gRPC / XHTTP), nothing else.
-                    if !matches!(out.network, Network::Raw | Network::Grpc(_)) {
+                    // As Xray: REALITY carries RAW, gRPC and XHTTP, nothing else.
+                    if !matches!(
+                        out.network,
+                        Network::Raw | Network::Grpc(_) | Network::Xhttp(_)
+                    ) {
                         return Err(ConfigError::new(
                             s.key_path("security"),
-                            "REALITY only supports the raw (tcp) and grpc networks",
+                            "REALITY only supports the raw (tcp), grpc and xhttp networks",
                         ));
                     }
                     let r = s.obj("realitySettings")?;
@@ -93,7 +119,7 @@ impl ParseStream for StreamSettings {
         }
         for key in [["tcpSettings", "rawSettings"]] {
             if let Some((p, v)) = s.get_alias(&key) {
-                let t = Obj::new(v, p, parent.diag())?;
+                let t = Obj::new(v, p, s.diag())?;
                 if t.bool("acceptProxyProtocol")?.unwrap_or(false) {
                     accept_pp(&mut out, &t, outbound);
                 }
@@ -150,7 +176,7 @@ impl ParseStream for StreamSettings {
                 if outbound {
                     out.dialer_proxy = Some(d);
                 } else {
-                    parent.diag().warn(
+                    s.diag().warn(
                         &so.key_path("dialerProxy"),
                         "applies to outbounds only; ignored",
                     );
@@ -171,20 +197,17 @@ impl ParseStream for StreamSettings {
                 "customSockopt",
             ] {
                 if so.has(k) {
-                    parent
-                        .diag()
-                        .warn(&so.key_path(k), "not applied by Ferry yet");
+                    s.diag().warn(&so.key_path(k), "not applied by Ferry yet");
                 }
             }
             so.finish();
         }
-        s.finish();
         Ok(out)
     }
 }
 
 /// `headers`: an object of strings.
-fn headers(o: &Obj<'_>) -> Result<Vec<(String, String)>> {
+pub(crate) fn headers(o: &Obj<'_>) -> Result<Vec<(String, String)>> {
     let Some((p, v)) = o.get("headers") else {
         return Ok(Vec::new());
     };

@@ -33,6 +33,8 @@ pub enum Network {
     HttpUpgrade(Arc<super::upgrade::UpgradeSettings>),
     /// `grpc` / `gun`.
     Grpc(Arc<super::grpc::GrpcSettings>),
+    /// `xhttp` / `splithttp`.
+    Xhttp(Arc<super::xhttp::XhttpSettings>),
 }
 
 /// `streamSettings.security`.
@@ -66,8 +68,9 @@ pub struct StreamSettings {
 }
 
 impl StreamSettings {
-    /// The layers above the socket, in the order they wrap it. An inbound's gRPC is not a
-    /// layer (one connection carries many calls): see [`Acceptor::grpc`].
+    /// The layers above the socket, in the order they wrap it. An inbound's gRPC or XHTTP is
+    /// not a layer (one connection carries many calls): see [`Acceptor::server`]; an
+    /// outbound's XHTTP is a dialer over these layers.
     pub fn layers(&self) -> Vec<Arc<dyn Layer>> {
         // PROXY protocol, TLS and the transports take their places here as they arrive
         // (their settings are refused by the config reader until then).
@@ -109,29 +112,99 @@ impl StreamSettings {
                 tls_name,
                 tls: matches!(self.security, Security::Tls(_)),
             })),
+            Network::Xhttp(_) => {}
         }
         layers
+    }
+
+    /// The TLS or REALITY server name a client sends.
+    fn tls_name(&self) -> Option<String> {
+        match &self.security {
+            Security::Tls(t) => t.server_name().map(str::to_string),
+            Security::Reality(r) => r.server_name().map(str::to_string),
+            Security::None => None,
+        }
+    }
+
+    /// An XHTTP leg's client over these settings' socket and security.
+    fn xhttp_leg(
+        &self,
+        s: &Arc<super::xhttp::XhttpSettings>,
+        via: Option<Arc<dyn Dialer>>,
+    ) -> Arc<super::xhttp::client::LegClient> {
+        use super::xhttp::client::{LegClient, Version};
+        let base = via.unwrap_or_else(|| {
+            Arc::new(SocketDialer {
+                opts: self.sockopt.clone(),
+            })
+        });
+        let layers = StreamSettings {
+            accept_proxy_protocol: false,
+            ..self.clone()
+        }
+        .layers();
+        let below: Arc<dyn Dialer> = if layers.is_empty() {
+            base
+        } else {
+            Arc::new(ChainDialer { base, layers })
+        };
+        // As Xray: REALITY is HTTP/2; TLS is HTTP/1.1 when its ALPN is exactly http/1.1,
+        // else HTTP/2; no TLS is HTTP/1.1.
+        let version = match &self.security {
+            Security::Reality(_) => Version::H2,
+            Security::Tls(t) if t.client_alpn() == [b"http/1.1".to_vec()] => Version::H1,
+            Security::Tls(_) => Version::H2,
+            Security::None => Version::H1,
+        };
+        let host = if !s.host.is_empty() {
+            s.host.clone()
+        } else {
+            self.tls_name().unwrap_or_default()
+        };
+        Arc::new(LegClient::new(
+            below,
+            s.clone(),
+            version,
+            !matches!(self.security, Security::None),
+            host,
+        ))
     }
 
     /// The acceptor chain of an inbound.
     pub fn acceptor(&self) -> Acceptor {
         let mut layers = self.layers();
-        let grpc = match &self.network {
+        let server = match &self.network {
             Network::Grpc(s) => {
                 layers.pop();
-                Some(Arc::new(super::grpc::GrpcServer {
+                Some(ConnServer::Grpc(Arc::new(super::grpc::GrpcServer {
                     settings: s.clone(),
                     trusted_xff: self.trusted_xff.clone(),
-                }))
+                })))
             }
+            Network::Xhttp(s) => Some(ConnServer::Xhttp(Arc::new(
+                super::xhttp::server::XhttpServer::new(s.clone(), self.trusted_xff.clone()),
+            ))),
             _ => None,
         };
-        Acceptor { layers, grpc }
+        Acceptor { layers, server }
     }
 
     /// The dialer chain of an outbound: its own socket dialer, or `via` (another outbound)
     /// when it dials through one, then the layers.
     pub fn dialer(&self, via: Option<Arc<dyn Dialer>>) -> Arc<dyn Dialer> {
+        if let Network::Xhttp(s) = &self.network {
+            let up = self.xhttp_leg(s, via);
+            let down = s.download.as_ref().map(|d| {
+                let d = &d.0;
+                (d.stream.xhttp_leg(&d.settings, None), d.server.clone())
+            });
+            let mode = super::xhttp::client::XhttpDialer::resolve(
+                s.mode,
+                matches!(self.security, Security::Reality(_)),
+                down.is_some(),
+            );
+            return Arc::new(super::xhttp::client::XhttpDialer { up, down, mode });
+        }
         let base = via.unwrap_or_else(|| {
             Arc::new(SocketDialer {
                 opts: self.sockopt.clone(),
@@ -169,11 +242,42 @@ impl StreamSettings {
     }
 }
 
+/// A server that takes a connection after the layers and serves many proxied connections
+/// on it (each of them goes to the protocol as a connection of its own).
+#[derive(Clone)]
+pub enum ConnServer {
+    Grpc(Arc<super::grpc::GrpcServer>),
+    Xhttp(Arc<super::xhttp::server::XhttpServer>),
+}
+
+impl ConnServer {
+    /// Serves `stream` until it ends, handing each proxied connection to `each`.
+    pub async fn serve(
+        &self,
+        stream: BoxStream,
+        info: &ConnInfo,
+        each: &(dyn Fn(BoxStream, ConnInfo) + Send + Sync),
+    ) -> io::Result<()> {
+        match self {
+            ConnServer::Grpc(g) => g.serve(stream, info, each).await,
+            ConnServer::Xhttp(x) => x.serve(stream, info, each).await,
+        }
+    }
+
+    /// The transport's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConnServer::Grpc(_) => "gRPC",
+            ConnServer::Xhttp(_) => "XHTTP",
+        }
+    }
+}
+
 /// An inbound's acceptor chain.
 #[derive(Clone, Default)]
 pub struct Acceptor {
     layers: Vec<Arc<dyn Layer>>,
-    grpc: Option<Arc<super::grpc::GrpcServer>>,
+    server: Option<ConnServer>,
 }
 
 impl Acceptor {
@@ -190,9 +294,9 @@ impl Acceptor {
         self.layers.is_empty()
     }
 
-    /// The gRPC server that takes the connection after the layers: its calls are the
-    /// connections the protocol reads.
-    pub fn grpc(&self) -> Option<&Arc<super::grpc::GrpcServer>> {
-        self.grpc.as_ref()
+    /// The gRPC or XHTTP server that takes the connection after the layers: its calls are
+    /// the connections the protocol reads.
+    pub fn server(&self) -> Option<&ConnServer> {
+        self.server.as_ref()
     }
 }

@@ -20,6 +20,7 @@ pub mod tcp;
 pub mod tls;
 pub mod upgrade;
 pub mod ws;
+pub mod xhttp;
 
 use std::any::Any;
 use std::io;

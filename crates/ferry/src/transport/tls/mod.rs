@@ -187,6 +187,14 @@ impl TlsLayer {
         self.server_name.as_deref()
     }
 
+    /// The ALPN protocols a client offers.
+    pub fn client_alpn(&self) -> Vec<Vec<u8>> {
+        self.client
+            .as_ref()
+            .map(|c| c.alpn_protocols.clone())
+            .unwrap_or_default()
+    }
+
     /// The server side of `s`.
     pub fn server(s: &TlsSettings) -> Result<TlsLayer, String> {
         Ok(TlsLayer {

@@ -1,0 +1,705 @@
+//! The XHTTP server: one hyper connection per accepted stream (HTTP/1.1, or HTTP/2 by TLS
+//! ALPN or h2c prior knowledge), one session table per inbound joining the requests of a
+//! session whatever connection each comes on (Xray's `hub.go`).
+//!
+//! A session is made by its first request (a packet, the stream-up POST or the GET) and
+//! reaped 30 s later unless its GET came. The GET (or a stream-one POST) becomes the proxied
+//! connection: it reads the session's uplink (the reordered packets, or the stream-up body,
+//! or its own body) and writes the response body. The session ends with it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::meta::{self, Leg};
+use super::pipe::{pipe, PipeBody, PipeWriter};
+use super::{padding, XhttpSettings};
+use crate::session::{ConnInfo, Endpoint};
+use crate::transport::{BoxStream, Stream};
+
+/// A session whose GET has not come within this long is dropped (Xray's fixed 30 s).
+pub const REAP_AFTER: Duration = Duration::from_secs(30);
+/// Bytes of downlink a connection buffers before its writes wait for HTTP.
+const DOWN_BUFFER: usize = 256 * 1024;
+/// HTTP/2 windows, as the gRPC transport's.
+const STREAM_WINDOW: u32 = 4 << 20;
+const CONN_WINDOW: u32 = 16 << 20;
+
+/// The sessions of one inbound.
+#[derive(Default)]
+struct Sessions {
+    map: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Sessions {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session `id`, made if new (then reaped after [`REAP_AFTER`] unless connected).
+    fn upsert(self: &Arc<Self>, id: &str, max_buffered: usize) -> Arc<Session> {
+        let mut map = self.lock();
+        if let Some(s) = map.get(id) {
+            return s.clone();
+        }
+        let s = Arc::new(Session {
+            up: Mutex::new(Upload::default()),
+            connected: AtomicBool::new(false),
+            max_buffered,
+        });
+        map.insert(id.to_string(), s.clone());
+        let open = map.len();
+        drop(map);
+        tracing::debug!("XHTTP: session {id} opened ({open} open)");
+        let (me, id, weak) = (Arc::downgrade(self), id.to_string(), Arc::downgrade(&s));
+        tokio::spawn(async move {
+            tokio::time::sleep(REAP_AFTER).await;
+            let (Some(me), Some(s)) = (me.upgrade(), weak.upgrade()) else {
+                return;
+            };
+            if !s.connected.load(Ordering::Acquire) {
+                tracing::info!("XHTTP: session {id} reaped (no GET within {REAP_AFTER:?})");
+                me.remove(&id, &s);
+            }
+        });
+        s
+    }
+
+    /// Drops `s` from the table (if it is still the session of `id`) and closes it.
+    fn remove(&self, id: &str, s: &Arc<Session>) {
+        let mut map = self.lock();
+        if map.get(id).is_some_and(|cur| Arc::ptr_eq(cur, s)) {
+            map.remove(id);
+        }
+        let open = map.len();
+        drop(map);
+        s.close();
+        tracing::debug!("XHTTP: session {id} closed ({open} open)");
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// A session's uplink as it arrives.
+#[derive(Default)]
+struct Upload {
+    /// Packets by sequence number, waiting for their turn.
+    heap: BTreeMap<u64, Bytes>,
+    next: u64,
+    /// The stream-up body, once its POST came.
+    stream: Option<Incoming>,
+    /// A stream-up POST came (a second is refused).
+    streamed: bool,
+    /// The rest of a stream-up frame not yet read.
+    pending: Bytes,
+    closed: bool,
+    /// The proxied connection's read, waiting for bytes.
+    reader: Option<Waker>,
+    /// Packet POSTs waiting for room.
+    others: Vec<Waker>,
+    /// The stream-up response, waiting for the end.
+    end: Option<Waker>,
+}
+
+struct Session {
+    up: Mutex<Upload>,
+    /// The GET came: no reaping.
+    connected: AtomicBool,
+    max_buffered: usize,
+}
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, Upload> {
+        self.up.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn close(&self) {
+        let mut u = self.lock();
+        u.closed = true;
+        u.heap.clear();
+        u.stream = None;
+        wake(&mut u);
+    }
+
+    /// Queues packet `seq`, waiting while the reader is behind. An error ends the session.
+    async fn push(&self, seq: u64, data: Bytes) -> Result<(), &'static str> {
+        let mut data = Some(data);
+        poll_fn(|cx| {
+            let mut u = self.lock();
+            if u.closed {
+                return Poll::Ready(Err("the session is closed"));
+            }
+            if seq < u.next || u.heap.contains_key(&seq) {
+                // A duplicate: Xray drops it.
+                return Poll::Ready(Ok(()));
+            }
+            if u.heap.len() >= self.max_buffered {
+                if !u.heap.contains_key(&u.next) {
+                    // Packets wait for one that does not come: the reorder buffer is full.
+                    return Poll::Ready(Err("too many packets out of order"));
+                }
+                u.others.push(cx.waker().clone());
+                return Poll::Pending;
+            }
+            let d = data.take().unwrap_or_default();
+            u.heap.insert(seq, d);
+            if let Some(w) = u.reader.take() {
+                w.wake();
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await
+    }
+
+    /// Hands the stream-up body to the reader; `false` if one came already.
+    fn set_stream(&self, body: Incoming) -> bool {
+        let mut u = self.lock();
+        if u.streamed || u.closed {
+            return false;
+        }
+        u.streamed = true;
+        u.stream = Some(body);
+        if let Some(w) = u.reader.take() {
+            w.wake();
+        }
+        true
+    }
+
+    /// The uplink as the proxied connection reads it.
+    fn poll_read(&self, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let mut u = self.lock();
+        loop {
+            if !u.pending.is_empty() {
+                let n = u.pending.len().min(out.remaining());
+                out.put_slice(&u.pending[..n]);
+                u.pending.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(body) = u.stream.as_mut() {
+                match Pin::new(body).poll_frame(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(None) => {
+                        u.stream = None;
+                        u.closed = true;
+                        return Poll::Ready(Ok(()));
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        u.stream = None;
+                        return Poll::Ready(Err(io::Error::other(format!("XHTTP stream-up: {e}"))));
+                    }
+                    Poll::Ready(Some(Ok(f))) => {
+                        if let Ok(d) = f.into_data() {
+                            u.pending = d;
+                        }
+                        continue;
+                    }
+                }
+            }
+            let next = u.next;
+            if let Some(mut entry) = u.heap.first_entry() {
+                if *entry.key() == next {
+                    let d = entry.get_mut();
+                    let n = d.len().min(out.remaining());
+                    out.put_slice(&d[..n]);
+                    d.advance(n);
+                    if d.is_empty() {
+                        entry.remove();
+                        u.next += 1;
+                        wake_others(&mut u);
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+            }
+            if u.closed {
+                return Poll::Ready(Ok(()));
+            }
+            u.reader = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+    }
+}
+
+fn wake_others(u: &mut Upload) {
+    for w in u.others.drain(..) {
+        w.wake();
+    }
+}
+
+fn wake(u: &mut Upload) {
+    if let Some(w) = u.reader.take() {
+        w.wake();
+    }
+    if let Some(w) = u.end.take() {
+        w.wake();
+    }
+    wake_others(u);
+}
+
+/// The uplink of a proxied connection.
+enum Uplink {
+    Session {
+        id: String,
+        session: Arc<Session>,
+        sessions: Arc<Sessions>,
+    },
+    /// stream-one: the POST's own body.
+    Body { body: Incoming, pending: Bytes },
+}
+
+/// One proxied connection: uplink from the session (or the request body), downlink into the
+/// response body.
+pub struct ServerConn {
+    up: Uplink,
+    down: PipeWriter,
+}
+
+impl Drop for ServerConn {
+    fn drop(&mut self) {
+        if let Uplink::Session {
+            id,
+            session,
+            sessions,
+        } = &self.up
+        {
+            sessions.remove(id, session);
+        }
+    }
+}
+
+impl AsyncRead for ServerConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().up {
+            Uplink::Session { session, .. } => session.poll_read(cx, out),
+            Uplink::Body { body, pending } => loop {
+                if !pending.is_empty() {
+                    let n = pending.len().min(out.remaining());
+                    out.put_slice(&pending[..n]);
+                    pending.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
+                    None => return Poll::Ready(Ok(())),
+                    Some(Err(e)) => {
+                        return Poll::Ready(Err(io::Error::other(format!("XHTTP stream-one: {e}"))))
+                    }
+                    Some(Ok(f)) => {
+                        if let Ok(d) = f.into_data() {
+                            *pending = d;
+                        }
+                    }
+                }
+            },
+        }
+    }
+}
+
+impl AsyncWrite for ServerConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().down).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().down).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().down).poll_shutdown(cx)
+    }
+}
+
+impl Stream for ServerConn {}
+
+/// The body of a stream-up POST's response: padding now and then (so middleboxes see the
+/// request alive), until the session ends.
+struct KeepAlive {
+    session: Arc<Session>,
+    settings: Arc<XhttpSettings>,
+    /// `None`: no padding (no Referer, or `scStreamUpServerSecs` off).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// A response body.
+enum ServerBody {
+    Empty,
+    Down(PipeBody),
+    KeepAlive(KeepAlive),
+}
+
+impl Body for ServerBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match self.get_mut() {
+            ServerBody::Empty => Poll::Ready(None),
+            ServerBody::Down(p) => Pin::new(p).poll_frame(cx),
+            ServerBody::KeepAlive(k) => {
+                {
+                    let mut u = k.session.lock();
+                    if u.closed {
+                        return Poll::Ready(None);
+                    }
+                    u.end = Some(cx.waker().clone());
+                }
+                let Some(t) = k.timer.as_mut() else {
+                    return Poll::Pending;
+                };
+                std::task::ready!(t.as_mut().poll(cx));
+                let secs = k
+                    .settings
+                    .stream_up_server_secs
+                    .map(|r| r.rand())
+                    .unwrap_or(0);
+                t.as_mut()
+                    .reset(tokio::time::Instant::now() + Duration::from_secs(secs.into()));
+                let pad = padding(k.settings.padding.rand());
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(pad)))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ServerBody::Empty => true,
+            ServerBody::Down(p) => p.is_end_stream(),
+            ServerBody::KeepAlive(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ServerBody::Empty => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// The server of one inbound.
+pub struct XhttpServer {
+    settings: Arc<XhttpSettings>,
+    trusted_xff: Arc<[String]>,
+    sessions: Arc<Sessions>,
+}
+
+impl XhttpServer {
+    pub fn new(settings: Arc<XhttpSettings>, trusted_xff: Arc<[String]>) -> Self {
+        XhttpServer {
+            settings,
+            trusted_xff,
+            sessions: Arc::default(),
+        }
+    }
+
+    /// Sessions open (made and not yet ended or reaped).
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Serves the HTTP connection `stream` until it ends; each proxied connection it carries
+    /// goes to `each` with its connection info.
+    pub async fn serve(
+        &self,
+        stream: BoxStream,
+        info: &ConnInfo,
+        each: &(dyn Fn(BoxStream, ConnInfo) + Send + Sync),
+    ) -> io::Result<()> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(BoxStream, ConnInfo)>();
+        let handler = Arc::new(Handler {
+            settings: self.settings.clone(),
+            trusted_xff: self.trusted_xff.clone(),
+            sessions: self.sessions.clone(),
+            info: info.clone(),
+            tx,
+        });
+        let service = hyper::service::service_fn(move |req| {
+            let h = handler.clone();
+            async move { Ok::<_, Infallible>(h.handle(req).await) }
+        });
+        let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(4))
+            .max_buf_size(self.settings.server_max_header_bytes.max(64 * 1024));
+        b.http2()
+            .timer(TokioTimer::new())
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONN_WINDOW)
+            .max_header_list_size(self.settings.server_max_header_bytes.max(1024) as u32);
+        let conn = b.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(conn);
+        let mut result = None;
+        loop {
+            tokio::select! {
+                r = &mut conn, if result.is_none() => {
+                    result = Some(r);
+                }
+                c = rx.recv() => match c {
+                    Some((s, i)) => each(s, i),
+                    // Every handler is gone: the connection has ended too.
+                    None => break,
+                },
+            }
+        }
+        match result {
+            Some(Err(e)) => Err(io::Error::other(format!("XHTTP: {e}"))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the requests of one HTTP connection share.
+struct Handler {
+    settings: Arc<XhttpSettings>,
+    trusted_xff: Arc<[String]>,
+    sessions: Arc<Sessions>,
+    info: ConnInfo,
+    tx: tokio::sync::mpsc::UnboundedSender<(BoxStream, ConnInfo)>,
+}
+
+fn status(code: StatusCode, headers: HeaderMap) -> Response<ServerBody> {
+    let mut r = Response::new(ServerBody::Empty);
+    *r.status_mut() = code;
+    *r.headers_mut() = headers;
+    r
+}
+
+impl Handler {
+    async fn handle(&self, req: Request<Incoming>) -> Response<ServerBody> {
+        let s = &self.settings;
+        let leg = meta::classify(s, req.method(), req.uri(), req.headers());
+        if let Err(r) = &leg {
+            if r.status == StatusCode::NOT_FOUND {
+                tracing::info!(
+                    "XHTTP: {} {} from {}: {}",
+                    req.method(),
+                    req.uri().path(),
+                    self.info.source,
+                    r.why
+                );
+                return status(StatusCode::NOT_FOUND, HeaderMap::new());
+            }
+        }
+        let mut h = cors(req.method(), req.headers());
+        if let Ok(v) = HeaderValue::from_str(&padding(s.padding.rand())) {
+            h.insert("x-padding", v);
+        }
+        let leg = match leg {
+            Ok(l) => l,
+            Err(r) => {
+                tracing::info!(
+                    "XHTTP: {} {} from {}: {}",
+                    req.method(),
+                    req.uri().path(),
+                    self.info.source,
+                    r.why
+                );
+                return status(r.status, h);
+            }
+        };
+        match leg {
+            Leg::Options => status(StatusCode::OK, h),
+            Leg::PacketUp { session, seq } => self.packet(req, &session, seq, h).await,
+            Leg::StreamUp { session } => {
+                let has_referer = req.headers().contains_key(http::header::REFERER);
+                let sess = self.sessions.upsert(&session, s.max_buffered_posts);
+                if !sess.set_stream(req.into_body()) {
+                    tracing::info!(
+                        "XHTTP: a second stream-up POST for session {session} from {}",
+                        self.info.source
+                    );
+                    return status(StatusCode::CONFLICT, h);
+                }
+                h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+                h.insert("cache-control", HeaderValue::from_static("no-store"));
+                let timer = match s.stream_up_server_secs {
+                    Some(_) if has_referer => Some(Box::pin(tokio::time::sleep(Duration::ZERO))),
+                    _ => None,
+                };
+                let mut r = status(StatusCode::OK, h);
+                *r.body_mut() = ServerBody::KeepAlive(KeepAlive {
+                    session: sess,
+                    settings: s.clone(),
+                    timer,
+                });
+                r
+            }
+            Leg::StreamDown { session } => {
+                let sess = self.sessions.upsert(&session, s.max_buffered_posts);
+                if sess.connected.swap(true, Ordering::AcqRel) {
+                    tracing::info!(
+                        "XHTTP: a second GET for session {session} from {}",
+                        self.info.source
+                    );
+                    return status(StatusCode::CONFLICT, h);
+                }
+                let info = self.info_for(&req);
+                let up = Uplink::Session {
+                    id: session,
+                    session: sess,
+                    sessions: self.sessions.clone(),
+                };
+                self.down(up, info, h)
+            }
+            Leg::StreamOne => {
+                let info = self.info_for(&req);
+                let up = Uplink::Body {
+                    body: req.into_body(),
+                    pending: Bytes::new(),
+                };
+                self.down(up, info, h)
+            }
+        }
+    }
+
+    /// The connection info of a proxied connection: the path, and the client behind a proxy
+    /// from `X-Forwarded-For` (when trusted, as Xray).
+    fn info_for(&self, req: &Request<Incoming>) -> ConnInfo {
+        let mut info = self.info.clone();
+        info.path = Some(req.uri().path().into());
+        let xff = req
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.trim().parse::<std::net::IpAddr>().ok());
+        let trusted = self.trusted_xff.is_empty()
+            || self
+                .trusted_xff
+                .iter()
+                .any(|t| req.headers().contains_key(t.as_str()));
+        if let (Some(ip), true) = (xff, trusted) {
+            info.source = Endpoint::Ip(std::net::SocketAddr::new(ip, 0));
+        }
+        info
+    }
+
+    /// Answers a download leg: 200 now, the body from the proxied connection's writes.
+    fn down(&self, up: Uplink, info: ConnInfo, mut h: HeaderMap) -> Response<ServerBody> {
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        h.insert("cache-control", HeaderValue::from_static("no-store"));
+        if !self.settings.no_sse_header {
+            h.insert(
+                "content-type",
+                HeaderValue::from_static("text/event-stream"),
+            );
+        }
+        let (down, body) = pipe(DOWN_BUFFER);
+        let conn = ServerConn { up, down };
+        if self.tx.send((Box::new(conn), info)).is_err() {
+            return status(StatusCode::SERVICE_UNAVAILABLE, HeaderMap::new());
+        }
+        let mut r = status(StatusCode::OK, h);
+        *r.body_mut() = ServerBody::Down(body);
+        r
+    }
+
+    /// One packet-up POST: its body (the size checked first) queued in its session.
+    async fn packet(
+        &self,
+        req: Request<Incoming>,
+        session: &str,
+        seq: u64,
+        mut h: HeaderMap,
+    ) -> Response<ServerBody> {
+        let max = self.settings.max_each_post.to as usize;
+        let declared = req
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max as u64) {
+            tracing::info!(
+                "XHTTP: a {}-byte POST from {} is over scMaxEachPostBytes {max}",
+                declared.unwrap_or(0),
+                self.info.source
+            );
+            return status(StatusCode::PAYLOAD_TOO_LARGE, h);
+        }
+        let sess = self
+            .sessions
+            .upsert(session, self.settings.max_buffered_posts);
+        let mut body = req.into_body();
+        let mut data = bytes::BytesMut::new();
+        loop {
+            match poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+                None => break,
+                Some(Err(e)) => {
+                    tracing::info!("XHTTP: reading a POST from {}: {e}", self.info.source);
+                    return status(StatusCode::BAD_REQUEST, h);
+                }
+                Some(Ok(f)) => {
+                    if let Ok(d) = f.into_data() {
+                        if data.len() + d.len() > max {
+                            tracing::info!(
+                                "XHTTP: a POST from {} is over scMaxEachPostBytes {max}",
+                                self.info.source
+                            );
+                            return status(StatusCode::PAYLOAD_TOO_LARGE, h);
+                        }
+                        data.extend_from_slice(&d);
+                    }
+                }
+            }
+        }
+        if data.is_empty() {
+            h.insert("cache-control", HeaderValue::from_static("no-store"));
+        }
+        if let Err(why) = sess.push(seq, data.freeze()).await {
+            tracing::info!(
+                "XHTTP: packet {seq} of session {session} from {}: {why}",
+                self.info.source
+            );
+            self.sessions.remove(session, &sess);
+            return status(StatusCode::INTERNAL_SERVER_ERROR, h);
+        }
+        status(StatusCode::OK, h)
+    }
+}
+
+/// CORS headers for the browser dialer, as Xray writes them.
+fn cors(method: &Method, req: &HeaderMap) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let origin = req
+        .get(http::header::ORIGIN)
+        .cloned()
+        .unwrap_or(HeaderValue::from_static("*"));
+    h.insert("access-control-allow-origin", origin);
+    if method == Method::OPTIONS {
+        let m = req
+            .get("access-control-request-method")
+            .cloned()
+            .unwrap_or(HeaderValue::from_static("*"));
+        h.insert("access-control-allow-methods", m);
+        let hs = req
+            .get("access-control-request-headers")
+            .cloned()
+            .unwrap_or(HeaderValue::from_static("*"));
+        h.insert("access-control-allow-headers", hs);
+    }
+    h
+}
