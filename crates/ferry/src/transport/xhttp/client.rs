@@ -81,6 +81,17 @@ impl Body for ClientBody {
 type H2Send = hyper::client::conn::http2::SendRequest<ClientBody>;
 type ResponseFuture = Pin<Box<dyn Future<Output = io::Result<Response<Incoming>>> + Send>>;
 
+/// An HTTP/1.1 connection of one request, closed when its tunnel is dropped (an idle
+/// connection whose response body nobody reads would otherwise stay open, and so would the
+/// server's session).
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 fn hyper_err(e: hyper::Error) -> io::Error {
     io::Error::other(format!("XHTTP: {e}"))
 }
@@ -352,7 +363,7 @@ impl LegClient {
         entry: Option<&Entry>,
         server: &Destination,
         req: Request<ClientBody>,
-    ) -> io::Result<ResponseFuture> {
+    ) -> io::Result<(ResponseFuture, Option<AbortOnDrop>)> {
         match (self.version, entry) {
             (Version::H2, Some(e)) => {
                 e.left_requests.fetch_sub(1, Ordering::Relaxed);
@@ -362,7 +373,7 @@ impl LegClient {
                     hyper_err(err)
                 })?;
                 let f = send.send_request(req);
-                Ok(Box::pin(async move { f.await.map_err(hyper_err) }))
+                Ok((Box::pin(async move { f.await.map_err(hyper_err) }), None))
             }
             _ => {
                 // One connection per request, as Xray's HTTP/1.1 client (keep-alive off). Go's
@@ -377,17 +388,20 @@ impl LegClient {
                     .handshake::<_, ClientBody>(TokioIo::new(s))
                     .await
                     .map_err(hyper_err)?;
-                tokio::spawn(async move {
+                let task = tokio::spawn(async move {
                     if let Err(e) = conn.await {
                         tracing::debug!("XHTTP: HTTP/1.1 connection ended: {e}");
                     }
                 });
                 let f = send.send_request(req);
-                Ok(Box::pin(async move {
-                    let r = f.await.map_err(hyper_err);
-                    drop(send);
-                    r
-                }))
+                Ok((
+                    Box::pin(async move {
+                        let r = f.await.map_err(hyper_err);
+                        drop(send);
+                        r
+                    }),
+                    Some(AbortOnDrop(task)),
+                ))
             }
         }
     }
@@ -438,9 +452,9 @@ impl Dialer for XhttpDialer {
             let (writer, body) = pipe(UP_BUFFER);
             let head = up.request(server, uplink_method(&up.settings), "", None, true)?;
             let req = build(head, ClientBody::Pipe(body))?;
-            let resp = up.send(up_entry.as_deref(), server, req).await?;
+            let (resp, guard) = up.send(up_entry.as_deref(), server, req).await?;
             tracing::debug!("XHTTP: stream-one to {server}");
-            return Ok(Box::new(ClientConn::new(resp, writer, usage)));
+            return Ok(Box::new(ClientConn::new(resp, writer, usage, guard)));
         }
         let session = uuid::Uuid::new_v4().to_string();
         // The downlink: a GET on the download leg (or this one).
@@ -459,7 +473,7 @@ impl Dialer for XhttpDialer {
             None => up_entry.clone(),
         };
         let head = down.request(down_server, Method::GET, &session, None, false)?;
-        let resp = down
+        let (resp, guard) = down
             .send(
                 down_entry.as_deref(),
                 down_server,
@@ -470,7 +484,7 @@ impl Dialer for XhttpDialer {
         let writer = if self.mode == Mode::StreamUp {
             let (writer, body) = pipe(UP_BUFFER);
             let head = up.request(server, uplink_method(&up.settings), &session, None, true)?;
-            let post = up
+            let (post, post_guard) = up
                 .send(
                     up_entry.as_deref(),
                     server,
@@ -478,6 +492,7 @@ impl Dialer for XhttpDialer {
                 )
                 .await?;
             tokio::spawn(async move {
+                let _guard = post_guard;
                 // The response only carries keep-alive padding: read and drop it.
                 match post.await {
                     Ok(r) => {
@@ -506,7 +521,7 @@ impl Dialer for XhttpDialer {
             ));
             writer
         };
-        Ok(Box::new(ClientConn::new(resp, writer, usage)))
+        Ok(Box::new(ClientConn::new(resp, writer, usage, guard)))
     }
 
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
@@ -593,18 +608,24 @@ async fn upload_packets(
                 let Ok(permit) = flights.clone().acquire_owned().await else {
                     return;
                 };
-                client.send(entry.as_deref(), &server, req).await.map(|f| {
-                    tokio::spawn(async move {
-                        let _permit = permit;
-                        match f.await {
-                            Ok(r) if r.status() == StatusCode::OK => {}
-                            Ok(r) => {
-                                tracing::info!("XHTTP: a packet POST was answered {}", r.status())
+                client
+                    .send(entry.as_deref(), &server, req)
+                    .await
+                    .map(|(f, _)| {
+                        tokio::spawn(async move {
+                            let _permit = permit;
+                            match f.await {
+                                Ok(r) if r.status() == StatusCode::OK => {}
+                                Ok(r) => {
+                                    tracing::info!(
+                                        "XHTTP: a packet POST was answered {}",
+                                        r.status()
+                                    )
+                                }
+                                Err(e) => tracing::info!("XHTTP: packet POST: {e}"),
                             }
-                            Err(e) => tracing::info!("XHTTP: packet POST: {e}"),
-                        }
-                    });
-                })
+                        });
+                    })
             }
             Version::H1 => post_h1(&client, &mut h1, &server, req).await,
         };
@@ -665,15 +686,22 @@ pub struct ClientConn {
     /// The uplink: into the request body (stream-up/one) or the packet uploader.
     up: PipeWriter,
     _usage: Vec<Usage>,
+    _conn: Option<AbortOnDrop>,
 }
 
 impl ClientConn {
-    fn new(resp: ResponseFuture, up: PipeWriter, usage: Vec<Usage>) -> Self {
+    fn new(
+        resp: ResponseFuture,
+        up: PipeWriter,
+        usage: Vec<Usage>,
+        conn: Option<AbortOnDrop>,
+    ) -> Self {
         ClientConn {
             down: Down::Waiting(resp),
             pending: Bytes::new(),
             up,
             _usage: usage,
+            _conn: conn,
         }
     }
 }

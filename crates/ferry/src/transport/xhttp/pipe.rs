@@ -21,6 +21,8 @@ struct State {
     read_closed: bool,
     reader: Option<Waker>,
     writer: Option<Waker>,
+    /// Waiting in [`PipeWriter::poll_closed`].
+    closer: Option<Waker>,
 }
 
 struct Shared {
@@ -68,7 +70,7 @@ impl PipeWriter {
         if s.read_closed {
             return Poll::Ready(());
         }
-        s.writer = Some(cx.waker().clone());
+        s.closer = Some(cx.waker().clone());
         Poll::Pending
     }
 
@@ -142,6 +144,9 @@ impl Drop for PipeBody {
         s.read_closed = true;
         s.buf = BytesMut::new();
         if let Some(w) = s.writer.take() {
+            w.wake();
+        }
+        if let Some(w) = s.closer.take() {
             w.wake();
         }
     }

@@ -286,7 +286,16 @@ impl AsyncRead for ServerConn {
         cx: &mut Context<'_>,
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().up {
+        let me = self.get_mut();
+        // The client went away (its GET, or the stream-one POST, was dropped): the uplink
+        // ends with it, as Xray closes the connection when the request context ends.
+        if me.down.poll_closed(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "XHTTP: the client closed the download",
+            )));
+        }
+        match &mut me.up {
             Uplink::Session { session, .. } => session.poll_read(cx, out),
             Uplink::Body { body, pending } => loop {
                 if !pending.is_empty() {
@@ -452,22 +461,26 @@ impl XhttpServer {
             .max_header_list_size(self.settings.server_max_header_bytes.max(1024) as u32);
         let conn = b.serve_connection(TokioIo::new(stream), service);
         tokio::pin!(conn);
-        let mut result = None;
-        loop {
+        let result = loop {
             tokio::select! {
-                r = &mut conn, if result.is_none() => {
-                    result = Some(r);
-                }
-                c = rx.recv() => match c {
-                    Some((s, i)) => each(s, i),
-                    // Every handler is gone: the connection has ended too.
-                    None => break,
-                },
+                r = &mut conn => break r,
+                Some((s, i)) = rx.recv() => each(s, i),
             }
+        };
+        // Proxied connections made as the HTTP connection ended still go.
+        while let Ok((s, i)) = rx.try_recv() {
+            each(s, i);
         }
         match result {
-            Some(Err(e)) => Err(io::Error::other(format!("XHTTP: {e}"))),
-            _ => Ok(()),
+            // A client closing its connection in the middle of a download is how a tunnel
+            // over HTTP/1.1 ends.
+            Err(e)
+                if e.downcast_ref::<hyper::Error>()
+                    .is_some_and(|h| h.is_incomplete_message() || h.is_canceled()) =>
+            {
+                Ok(())
+            }
+            r => r.map_err(|e| io::Error::other(format!("XHTTP: {e}"))),
         }
     }
 }
@@ -537,7 +550,14 @@ impl Handler {
                 h.insert("x-accel-buffering", HeaderValue::from_static("no"));
                 h.insert("cache-control", HeaderValue::from_static("no-store"));
                 let timer = match s.stream_up_server_secs {
-                    Some(_) if has_referer => Some(Box::pin(tokio::time::sleep(Duration::ZERO))),
+                    Some(_) if has_referer => {
+                        // Go types the response by sniffing the padding it writes first.
+                        h.insert(
+                            "content-type",
+                            HeaderValue::from_static("text/plain; charset=utf-8"),
+                        );
+                        Some(Box::pin(tokio::time::sleep(Duration::ZERO)))
+                    }
                     _ => None,
                 };
                 let mut r = status(StatusCode::OK, h);
