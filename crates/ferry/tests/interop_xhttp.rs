@@ -10,19 +10,33 @@
 //!   HTTPS). Over plain, a recording tap between client and server checks that every
 //!   connection speaks HTTP/1.1 (a request line, not the h2 preface), as Xray's client does;
 //!   for an Xray client its log line "XHTTP is dialing to …, mode M, HTTP version V" is checked.
+//!   Beside it: clients in `auto` against servers fixed to the mode `auto` must pick
+//!   (packet-up, or stream-one over REALITY), servers in `auto` (the default) against each
+//!   mode, the old names (`splithttp`, `splithttpSettings`), and `host` (checked in the
+//!   request's Host header).
 //! - `downloadSettings`: the upload leg and the download leg (the GET) go to two different
 //!   listeners that lead to the same XHTTP inbound, as Xray's docs describe (§3.6): a VLESS
 //!   raw inbound with TLS (or REALITY) whose `fallbacks` hand every non-VLESS connection to the
 //!   XHTTP inbound's port, and that port itself in plain HTTP. A byte-counting tap in front of
 //!   each listener proves that the upload went one way and the download the other.
 //!   `stream-one` with `downloadSettings` is a config error (Xray refuses it; Ferry must too).
+//! - The server's answers to raw HTTP/1.1 requests (wrong path or Host, padding missing, too
+//!   short or too long, OPTIONS and CORS, each mode's requests against servers fixed to
+//!   another mode, a POST over `scMaxEachPostBytes`, a bad seq): Xray's are checked against a
+//!   table (`xray_server_answers_*`), Ferry's against Xray's, status and headers
+//!   (`ferry_server_answers_like_xray_*`; framing headers and Date aside, `X-Padding` by its
+//!   length range). Probe bodies are complete: Go's HTTP/1.1 server holds its answer to a
+//!   request whose body is still open.
 //! - nginx (Debian) in front: it terminates TLS (h2 towards the client) and hands `/xh/` to the
 //!   XHTTP server, with `grpc_pass` (h2c upstream) for stream-up and stream-one, and with
 //!   `proxy_pass` (HTTP/1.1 upstream, no buffering either way) for packet-up. Any other path
 //!   gets nginx's own static page.
 //!
 //! Transfers are 50 MB each (`FERRY_XHTTP_BYTES` changes that). Xray moves 50 MB through any of
-//! these chains in under 2 s here (packet-up is paced: 1 MB POSTs at most every 30 ms).
+//! these chains in under 2 s here (packet-up is paced: 1 MB POSTs at most every 30 ms). With
+//! Xray standing in for Ferry the whole file takes about 2 minutes on 2 cores, and 8 MB
+//! instead of 50 saves only a tenth of that: process start-up (and the 2.5 s an Xray REALITY
+//! server is given) dominates, so every case keeps the full size.
 //! `FERRY_XHTTP_STANDIN=xray` runs Xray wherever a case says Ferry: a check of the harness
 //! itself (every test then passes).
 //!
@@ -36,6 +50,9 @@
 //!   arriving in the first 2 s waits 5 s (see interop_reality.rs), so Xray REALITY servers are
 //!   given 2.5 s.
 //! - A fixed server mode refuses the other modes (400), so servers are given the client's mode.
+//! - No mihomo case: the mihomo of the peers cache (v1.19.2) has no XHTTP (it reads
+//!   `network: xhttp` without a word and speaks plain VLESS over TCP); mihomo's XHTTP client
+//!   (stream-up, download-settings) is from 2026 (MetaCubeX/mihomo PR #2655).
 
 mod common;
 use common::*;
@@ -44,6 +61,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::slice::from_ref;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -1094,4 +1112,472 @@ nginx_cases! {
     nginx_ferry_to_xray_packet_up: Ferry, Xray, PacketUp;
     nginx_ferry_to_xray_stream_up: Ferry, Xray, StreamUp;
     nginx_ferry_to_xray_stream_one: Ferry, Xray, StreamOne;
+}
+
+// ---------------------------------------------------------------------------------------
+// The server's answers, request by request: Xray's against a table, Ferry's against Xray's
+
+/// A raw HTTP/1.1 request to the XHTTP server and the status Xray v26.3.27 answers it with.
+struct Probe {
+    name: &'static str,
+    req: Vec<u8>,
+    xray_status: u16,
+}
+
+fn xs(n: usize) -> String {
+    "X".repeat(n)
+}
+
+/// `Referer` carrying `n` bytes of padding, as Xray's client sends it.
+fn referer(n: usize) -> (&'static str, String) {
+    (
+        "Referer",
+        format!("http://{SNI}{XPATH}/?x_padding={}", xs(n)),
+    )
+}
+
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    None,
+    /// With its Content-Length.
+    Full(&'a [u8]),
+    /// A Content-Length header with no body sent.
+    Announce(usize),
+}
+
+fn request(
+    method: &str,
+    target: &str,
+    host: &str,
+    headers: &[(&str, String)],
+    body: Body,
+) -> Vec<u8> {
+    let mut r = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: probe\r\n");
+    for (k, v) in headers {
+        r.push_str(&format!("{k}: {v}\r\n"));
+    }
+    let mut tail = Vec::new();
+    match body {
+        Body::None => {}
+        Body::Full(b) => {
+            r.push_str(&format!("Content-Length: {}\r\n", b.len()));
+            tail.extend_from_slice(b);
+        }
+        Body::Announce(n) => r.push_str(&format!("Content-Length: {n}\r\n")),
+    }
+    r.push_str("\r\n");
+    let mut v = r.into_bytes();
+    v.extend_from_slice(&tail);
+    v
+}
+
+/// Sends `req` on a fresh connection and returns the response head, normalised: the status
+/// code, then the headers (names lowercased, sorted) but for those that depend on framing or
+/// time (date, content-length, transfer-encoding, connection, keep-alive); an `X-Padding`
+/// of 100-1000 `X`s (the default range) shows as `X{100-1000}`.
+fn answer(port: u16, req: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    if let Err(e) = s.write_all(req) {
+        return (0, format!("write failed: {e}"));
+    }
+    let mut head = Vec::new();
+    let mut b = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(0) => {
+                return (
+                    0,
+                    format!("closed after {:?}", String::from_utf8_lossy(&head)),
+                )
+            }
+            Ok(n) => head.extend_from_slice(&b[..n]),
+            Err(e) => {
+                return (
+                    0,
+                    format!("no answer ({e}) after {:?}", String::from_utf8_lossy(&head)),
+                )
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let text = &text[..text.find("\r\n\r\n").unwrap()];
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut headers: Vec<String> = lines
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+            if matches!(
+                k.as_str(),
+                "date" | "content-length" | "transfer-encoding" | "connection" | "keep-alive"
+            ) {
+                return None;
+            }
+            if k == "x-padding" {
+                let ok = (100..=1000).contains(&v.len()) && v.bytes().all(|c| c == b'X');
+                return Some(if ok {
+                    "x-padding: X{100-1000}".to_string()
+                } else {
+                    format!("x-padding: {} bytes, not X{{100-1000}}", v.len())
+                });
+            }
+            Some(format!("{k}: {v}"))
+        })
+        .collect();
+    headers.sort();
+    (status, format!("{status} | {}", headers.join(" | ")))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ProbeServer {
+    /// Path only: mode auto.
+    Auto,
+    /// `host: "cdn.ferry.test"`, mode packet-up.
+    PacketUpHost,
+    StreamUp,
+    StreamOne,
+}
+
+fn probe_server_settings(p: ProbeServer) -> String {
+    match p {
+        ProbeServer::Auto => xhttp(None, ""),
+        ProbeServer::PacketUpHost => xhttp(Some(PacketUp), r#","host":"cdn.ferry.test""#),
+        ProbeServer::StreamUp => xhttp(Some(StreamUp), ""),
+        ProbeServer::StreamOne => xhttp(Some(StreamOne), ""),
+    }
+}
+
+fn probes(p: ProbeServer) -> Vec<Probe> {
+    let sid = |i: u8| format!("{XPATH}/5e0d7c1a-2b3f-4a6e-9c8d-{i:012x}");
+    let pad = referer(500);
+    let h = SNI;
+    let get =
+        |target: &str, headers: &[(&str, String)]| request("GET", target, h, headers, Body::None);
+    let pr = |name, req, xray_status| Probe {
+        name,
+        req,
+        xray_status,
+    };
+    match p {
+        ProbeServer::Auto => vec![
+            pr("another path", get("/other", from_ref(&pad)), 404),
+            pr(
+                "a path that only starts alike",
+                get(&format!("{XPATH}x/{}", 1), from_ref(&pad)),
+                404,
+            ),
+            pr("no padding", get(&sid(1), &[]), 400),
+            pr("padding of 99", get(&sid(2), &[referer(99)]), 400),
+            pr("padding of 1001", get(&sid(3), &[referer(1001)]), 400),
+            pr("padding of 100", get(&sid(4), &[referer(100)]), 200),
+            pr("stream-down GET", get(&sid(5), from_ref(&pad)), 200),
+            pr(
+                "padding in the URL (old clients)",
+                get(&format!("{}?x_padding={}", sid(6), xs(500)), &[]),
+                200,
+            ),
+            pr(
+                "OPTIONS",
+                request("OPTIONS", &format!("{XPATH}/"), h, &[], Body::None),
+                200,
+            ),
+            pr(
+                "OPTIONS with a CORS preflight",
+                request(
+                    "OPTIONS",
+                    &sid(7),
+                    h,
+                    &[
+                        ("Origin", "https://site.example".into()),
+                        ("Access-Control-Request-Method", "POST".into()),
+                        ("Access-Control-Request-Headers", "content-type".into()),
+                    ],
+                    Body::None,
+                ),
+                200,
+            ),
+            pr(
+                "a GET with an Origin",
+                get(
+                    &sid(8),
+                    &[pad.clone(), ("Origin", "https://site.example".into())],
+                ),
+                200,
+            ),
+            pr(
+                "packet-up POST",
+                request(
+                    "POST",
+                    &format!("{}/0", sid(9)),
+                    h,
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                200,
+            ),
+            pr(
+                "packet-up GET (no body)",
+                get(&format!("{}/0", sid(10)), from_ref(&pad)),
+                200,
+            ),
+            pr(
+                "packet-up POST over scMaxEachPostBytes",
+                request(
+                    "POST",
+                    &format!("{}/0", sid(11)),
+                    h,
+                    from_ref(&pad),
+                    Body::Announce(1_000_001),
+                ),
+                413,
+            ),
+            pr(
+                "packet-up POST with a bad seq",
+                request(
+                    "POST",
+                    &format!("{}/x", sid(12)),
+                    h,
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                500,
+            ),
+            pr(
+                "stream-up POST",
+                request("POST", &sid(13), h, from_ref(&pad), Body::Full(b"abc")),
+                200,
+            ),
+            pr(
+                "stream-one POST",
+                request(
+                    "POST",
+                    &format!("{XPATH}/"),
+                    h,
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                200,
+            ),
+            pr(
+                "GET without a session",
+                get(&format!("{XPATH}/"), from_ref(&pad)),
+                200,
+            ),
+        ],
+        ProbeServer::PacketUpHost => vec![
+            pr("another Host", get(&sid(1), from_ref(&pad)), 404),
+            pr(
+                "the Host in other case, with a port",
+                request(
+                    "GET",
+                    &sid(2),
+                    "CDN.Ferry.Test:8443",
+                    from_ref(&pad),
+                    Body::None,
+                ),
+                200,
+            ),
+            pr(
+                "packet-up POST",
+                request(
+                    "POST",
+                    &format!("{}/0", sid(3)),
+                    "cdn.ferry.test",
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                200,
+            ),
+            pr(
+                "stream-up POST",
+                request(
+                    "POST",
+                    &sid(4),
+                    "cdn.ferry.test",
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                400,
+            ),
+            pr(
+                "stream-one POST",
+                request(
+                    "POST",
+                    &format!("{XPATH}/"),
+                    "cdn.ferry.test",
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                400,
+            ),
+            pr(
+                "GET without a session",
+                request(
+                    "GET",
+                    &format!("{XPATH}/"),
+                    "cdn.ferry.test",
+                    from_ref(&pad),
+                    Body::None,
+                ),
+                400,
+            ),
+        ],
+        ProbeServer::StreamUp => vec![
+            pr(
+                "packet-up POST",
+                request(
+                    "POST",
+                    &format!("{}/0", sid(1)),
+                    h,
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                400,
+            ),
+            pr(
+                "stream-up POST",
+                request("POST", &sid(2), h, from_ref(&pad), Body::Full(b"abc")),
+                200,
+            ),
+            pr("stream-down GET", get(&sid(3), from_ref(&pad)), 200),
+            // Xray's quirk: a stream-up server also takes stream-one.
+            pr(
+                "stream-one POST",
+                request(
+                    "POST",
+                    &format!("{XPATH}/"),
+                    h,
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                200,
+            ),
+        ],
+        ProbeServer::StreamOne => vec![
+            pr(
+                "packet-up POST",
+                request(
+                    "POST",
+                    &format!("{}/0", sid(1)),
+                    h,
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                400,
+            ),
+            pr(
+                "stream-up POST",
+                request("POST", &sid(2), h, from_ref(&pad), Body::Full(b"abc")),
+                400,
+            ),
+            pr(
+                "stream-one POST",
+                request(
+                    "POST",
+                    &format!("{XPATH}/"),
+                    h,
+                    from_ref(&pad),
+                    Body::Full(b"abc"),
+                ),
+                200,
+            ),
+            pr("stream-down GET", get(&sid(3), from_ref(&pad)), 200),
+        ],
+    }
+}
+
+/// Starts a plain XHTTP server of `imp` for `p` and returns its answers to every probe.
+fn probe_answers(imp: Imp, p: ProbeServer) -> (Proc, Vec<(u16, String)>) {
+    let port = free_port();
+    let stream = format!(
+        "{{\"network\":\"xhttp\",{},\"security\":\"none\"}}",
+        probe_server_settings(p)
+    );
+    let sp = start_server(
+        imp,
+        &[vless_inbound(port, "u@t", "", &stream)],
+        &[port],
+        false,
+    );
+    let answers = probes(p).iter().map(|pr| answer(port, &pr.req)).collect();
+    (sp, answers)
+}
+
+/// Xray's answers are the table's (what the Ferry tests compare against is what we think).
+fn xray_answers(p: ProbeServer) {
+    let (sp, answers) = probe_answers(Xray, p);
+    for (pr, (status, head)) in probes(p).iter().zip(&answers) {
+        assert_eq!(
+            *status,
+            pr.xray_status,
+            "{p:?}, {}: Xray answered {head}\n{}",
+            pr.name,
+            sp.output()
+        );
+    }
+}
+
+/// Ferry's answers, status and headers, are Xray's.
+fn ferry_answers_like_xray(p: ProbeServer) {
+    let (xp, want) = probe_answers(Xray, p);
+    let (fp, got) = probe_answers(real(Ferry), p);
+    let mut diffs = Vec::new();
+    for (pr, (w, g)) in probes(p).iter().zip(want.iter().zip(&got)) {
+        if w.1 != g.1 {
+            diffs.push(format!("{}:\n  Xray:  {}\n  Ferry: {}", pr.name, w.1, g.1));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{p:?}: Ferry answers differently\n{}\n{}",
+        diffs.join("\n"),
+        logs(&[&xp, &fp])
+    );
+}
+
+#[test]
+fn xray_server_answers_auto() {
+    xray_answers(ProbeServer::Auto);
+}
+
+#[test]
+fn xray_server_answers_packet_up_host() {
+    xray_answers(ProbeServer::PacketUpHost);
+}
+
+#[test]
+fn xray_server_answers_stream_up() {
+    xray_answers(ProbeServer::StreamUp);
+}
+
+#[test]
+fn xray_server_answers_stream_one() {
+    xray_answers(ProbeServer::StreamOne);
+}
+
+#[test]
+fn ferry_server_answers_like_xray_auto() {
+    ferry_answers_like_xray(ProbeServer::Auto);
+}
+
+#[test]
+fn ferry_server_answers_like_xray_packet_up_host() {
+    ferry_answers_like_xray(ProbeServer::PacketUpHost);
+}
+
+#[test]
+fn ferry_server_answers_like_xray_stream_up() {
+    ferry_answers_like_xray(ProbeServer::StreamUp);
+}
+
+#[test]
+fn ferry_server_answers_like_xray_stream_one() {
+    ferry_answers_like_xray(ProbeServer::StreamOne);
 }
