@@ -292,7 +292,13 @@ async fn echo<S: AsyncRead + AsyncWrite + Unpin>(
                 if got == 0 {
                     return Ok(());
                 }
-                bail!("closed in the middle of a message");
+                // Say how far it got: more whole messages than the client sent means the
+                // chain added bytes (Xray's XHTTP packet-up once appended another session's
+                // upload), fewer bytes means it lost some.
+                bail!(
+                    "closed in the middle of a message: {got} of {size} bytes after {} whole messages",
+                    *total / size
+                );
             }
             got += n;
         }

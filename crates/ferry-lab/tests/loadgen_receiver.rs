@@ -265,3 +265,41 @@ async fn duplicating_relay_is_detected() {
     .await;
     assert!(e.contains("byte-count mismatch"), "{e}");
 }
+
+/// An echo connection that brings more than its message (what Xray's XHTTP packet-up did once
+/// in a few thousand fresh connections: another session's upload appended) is an error that
+/// says how far it got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_with_extra_bytes_says_how_far_it_got() {
+    let (port, reports, _h) = receiver::start(0).await.unwrap();
+    let mut s = TcpStream::connect(local(port)).await.unwrap();
+    let mut one = ferry_lab::wire::Header {
+        mode: Mode::Echo,
+        arg: 32,
+    }
+    .encode()
+    .to_vec();
+    one.extend_from_slice(&[7u8; 32]);
+    // The message, then a second copy of header and message: 80 bytes after the header.
+    let mut sent = one.clone();
+    sent.extend_from_slice(&one);
+    s.write_all(&sent).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).await.unwrap();
+    assert_eq!(back.len(), 64);
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen.extend(reports.take());
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].bytes, 64);
+    assert_eq!(
+        seen[0].error.as_deref(),
+        Some("closed in the middle of a message: 16 of 32 bytes after 2 whole messages")
+    );
+}

@@ -28,6 +28,10 @@ const MUST_SHIP: &[&str] = &[
     "ssr-ciphers-rc4-md5-auth_aes128_md5-tls",
     "ssr-ciphers-aes-256-cfb-origin-plain",
     "ssr-ciphers-aead-aes-128-gcm",
+    "vless-xhttp-packet-up-tls",
+    "vless-xhttp-stream-up-tls",
+    "vless-xhttp-stream-one-tls",
+    "vless-xhttp-reality",
 ];
 
 /// `ssr-ciphers` (issue 16's cipher report) names a group: its six SSR rows and two AEAD rows.
