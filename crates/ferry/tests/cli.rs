@@ -173,6 +173,39 @@ fn bad_configs_exit_nonzero_naming_the_path() {
 }
 
 #[test]
+fn bad_xhttp_settings_name_their_path() {
+    let outbound = |xs: &str, extra: &str| {
+        format!(
+            r#"{{"outbounds":[{{"protocol":"vless","settings":{{"vnext":[{{"address":"a.test","port":443,"users":[{{"id":"5c6f2a1e-9b0d-4e3f-8a7c-2d1b0e9f8a7c","encryption":"none"}}]}}]}},
+                "streamSettings":{{"network":"xhttp","xhttpSettings":{xs}{extra}}}}}]}}"#
+        )
+    };
+    let p = "outbounds[0].streamSettings.xhttpSettings";
+    for (xs, want) in [
+        (r#"{"mode":"stream-down"}"#, format!("{p}.mode: unsupported mode")),
+        (r#"{"headers":{"Host":"x"}}"#, format!("{p}.headers: \"headers\" can't contain \"host\"")),
+        (r#"{"xPaddingBytes":"0-100"}"#, format!("{p}.xPaddingBytes: xPaddingBytes cannot be disabled")),
+        (r#"{"xPaddingBytes":"a-b"}"#, format!("{p}.xPaddingBytes: expected an integer or a range")),
+        (r#"{"xPaddingObfsMode":true}"#, format!("{p}.xPaddingObfsMode: padding obfuscation is not supported by Ferry yet")),
+        (r#"{"uplinkDataPlacement":"header","mode":"packet-up"}"#, format!("{p}.uplinkDataPlacement:")),
+        (r#"{"uplinkHTTPMethod":"GET"}"#, format!("{p}.uplinkHTTPMethod: uplinkHTTPMethod can be GET only in packet-up mode")),
+        (r#"{"sessionPlacement":"body"}"#, format!("{p}.sessionPlacement: unsupported placement")),
+        (r#"{"xmux":{"maxConnections":2,"maxConcurrency":3}}"#, format!("{p}.xmux.maxConnections: maxConnections cannot be specified together with maxConcurrency")),
+        (r#"{"mode":"stream-one","downloadSettings":{"address":"b.test","port":443,"network":"xhttp"}}"#, format!("{p}.downloadSettings: can not be used in stream-one mode")),
+        (r#"{"downloadSettings":{"port":443,"network":"xhttp"}}"#, format!("{p}.downloadSettings.address: is required")),
+        (r#"{"downloadSettings":{"address":"b.test","port":443,"network":"ws"}}"#, format!("{p}.downloadSettings.network: the download leg's network must be xhttp")),
+        (r#"{"extra":"{not json"}"#, format!("{p}.extra: not a JSON object")),
+        (r#"{"extra":{"xPaddingBytes":"0-9"}}"#, format!("{p}.extra.xPaddingBytes: xPaddingBytes cannot be disabled")),
+    ] {
+        assert_rejected(&outbound(xs, ""), &want);
+    }
+    assert_rejected(
+        &outbound("{}", r#","security":"tls","tlsSettings":{"alpn":["h3"]}"#),
+        "outbounds[0].streamSettings.tlsSettings.alpn: XHTTP over HTTP/3",
+    );
+}
+
+#[test]
 fn bad_reality_settings_name_their_path() {
     let inbound = |rs: &str, network: &str| {
         format!(
@@ -215,7 +248,7 @@ fn bad_reality_settings_name_their_path() {
     );
     assert_rejected(
         &inbound(&good(""), "ws"),
-        "inbounds[0].streamSettings.security: REALITY only supports the raw (tcp) and grpc networks",
+        "inbounds[0].streamSettings.security: REALITY only supports the raw (tcp), grpc and xhttp networks",
     );
     // A client: the public key and the fingerprint.
     let outbound = |rs: &str| {

@@ -86,6 +86,12 @@ pub(crate) fn parse_stream_obj(
         if let Some(sec) = s.str("security")? {
             match sec.to_ascii_lowercase().as_str() {
                 "" | "none" => {}
+                "tls" if matches!(out.network, Network::Xhttp(_)) && alpn_is_h3(s) => {
+                    return Err(ConfigError::new(
+                        format!("{}.alpn", s.key_path("tlsSettings")),
+                        "XHTTP over HTTP/3 (alpn [\"h3\"]) is not supported by Ferry yet",
+                    ));
+                }
                 "tls" => {
                     let t = s.obj("tlsSettings")?;
                     out.security =
@@ -204,6 +210,13 @@ pub(crate) fn parse_stream_obj(
         }
         Ok(out)
     }
+}
+
+/// `tlsSettings.alpn` is exactly `["h3"]` (XHTTP over QUIC).
+fn alpn_is_h3(s: &Obj<'_>) -> bool {
+    s.get("tlsSettings")
+        .and_then(|(_, t)| t.get("alpn").cloned())
+        .is_some_and(|a| a == serde_json::json!(["h3"]) || a == serde_json::json!("h3"))
 }
 
 /// `headers`: an object of strings.

@@ -187,47 +187,6 @@ pub fn meta_of(s: &XhttpSettings, rest: &str, uri: &Uri, headers: &HeaderMap) ->
     (session, seq)
 }
 
-/// The fuzz entry: classifies a request head built from arbitrary bytes (method, URI, header
-/// lines), under default settings and under settings with every placement moved.
-#[cfg(feature = "fuzzing")]
-pub fn fuzz_classify(data: &[u8]) {
-    let text = String::from_utf8_lossy(data);
-    let mut lines = text.split('\n');
-    let first = lines.next().unwrap_or("");
-    let (m, u) = first.split_once(' ').unwrap_or(("GET", first));
-    let Ok(method) = Method::from_bytes(m.as_bytes()) else {
-        return;
-    };
-    let Ok(uri) = u.parse::<Uri>() else {
-        return;
-    };
-    let mut headers = HeaderMap::new();
-    for l in lines {
-        if let Some((k, v)) = l.split_once(':') {
-            if let (Ok(k), Ok(v)) = (
-                http::HeaderName::from_bytes(k.trim().as_bytes()),
-                http::HeaderValue::from_str(v.trim()),
-            ) {
-                headers.append(k, v);
-            }
-        }
-    }
-    let mut s = XhttpSettings {
-        host: "h.test".into(),
-        ..Default::default()
-    };
-    s.set_path("/xh");
-    let _ = classify(&s, &method, &uri, &headers);
-    s.session_placement = Placement::Cookie;
-    s.seq_placement = Placement::Header;
-    s.mode = Mode::PacketUp;
-    let _ = classify(&s, &method, &uri, &headers);
-    s.session_placement = Placement::Query;
-    s.seq_placement = Placement::Query;
-    s.host.clear();
-    let _ = classify(&s, &method, &uri, &headers);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
