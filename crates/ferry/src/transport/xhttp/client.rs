@@ -29,6 +29,8 @@ const STREAM_WINDOW: u32 = 4 << 20;
 const CONN_WINDOW: u32 = 16 << 20;
 /// Chrome's HTTP/2 PING period, Xray's default `hKeepAlivePeriod`.
 const CHROME_KEEPALIVE: Duration = Duration::from_secs(45);
+/// Tunnels one HTTP/2 connection carries at most, whatever XMUX allows.
+const TUNNELS_PER_CONN: usize = 40;
 /// Packet-up POSTs in flight per tunnel at most (each `scMaxEachPostBytes` at most).
 const POSTS_IN_FLIGHT: usize = 4;
 
@@ -209,9 +211,16 @@ impl LegClient {
             entries.push(e.clone());
             return e;
         }
+        // Past `maxConcurrency`, or near the streams an HTTP/2 server allows at once (Go's
+        // 250, hyper's 200; a tunnel holds a GET and up to four POSTs), a connection
+        // takes no more tunnels: Go's client opens another connection there too, where
+        // waiting for a free stream would stall the tunnel.
         let free: Vec<&Arc<Entry>> = entries
             .iter()
-            .filter(|e| pool.concurrency == 0 || e.open.load(Ordering::Relaxed) < pool.concurrency)
+            .filter(|e| {
+                let open = e.open.load(Ordering::Relaxed);
+                (pool.concurrency == 0 || open < pool.concurrency) && open < TUNNELS_PER_CONN
+            })
             .collect();
         if free.is_empty() {
             let e = new();
