@@ -11,6 +11,12 @@
 //! client, keyed with the public half that `ferry x25519 -i` (= `xray x25519 -i`) derives from
 //! the shape's `privateKey`, carries a few MB byte-exact to an echo server here, and a prober
 //! (curl) meets the camouflage target, a small nginx HTTPS site started by the test.
+//!
+//! The XHTTP inbounds the panels write (3x-ui's form today and in v2.x, Marzban's documented
+//! inbounds, Hiddify's `v10-*-xhttp` and REALITY inbounds behind HAProxy, Remnawave's profile
+//! as its node gets it) are served the same way: Xray clients in the inbound's mode (and, for
+//! `auto`, in the modes an `auto` server serves), each checked by its own log line to dial the
+//! mode and HTTP version meant.
 
 mod common;
 use common::*;
@@ -879,4 +885,740 @@ fn hiddify_vless_reality() {
     carry("Hiddify VLESS Vision REALITY", e1, &logs);
     carry("Hiddify VLESS gRPC REALITY", e2, &logs);
     probe_meets_the_site("Hiddify VLESS Vision REALITY", tcp_front, &logs);
+}
+
+// ---------------------------------------------------------------------------------------
+// XHTTP as the panels write it
+
+/// A certificate for `SNI` in files, as the panels' `tlsSettings` name them, and its pin for
+/// the clients (`pinnedPeerCertSha256`).
+struct Cert {
+    cert: String,
+    key: String,
+    pin: String,
+    _dir: tempdir::Dir,
+}
+
+fn cert() -> Cert {
+    let dir = tempdir::Dir::new("panel-cert");
+    let g = ferry::transport::tls::generate_self_signed(&[SNI.to_string()], 2).unwrap();
+    let write = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    Cert {
+        cert: write("cert.pem", &g.cert_pem),
+        key: write("key.pem", &g.key_pem),
+        pin: g.pin.iter().map(|b| format!("{b:02x}")).collect(),
+        _dir: dir,
+    }
+}
+
+/// An Xray client's outbound to 127.0.0.1:`port`: VLESS, VMess or Trojan (`ID` as the
+/// password, as Hiddify has it) with `stream` as the members of its streamSettings.
+fn client_outbound(protocol: &str, port: u16, stream: &str) -> String {
+    let settings = match protocol {
+        "trojan" => format!(
+            r#"{{"servers": [{{"address": "127.0.0.1", "port": {port}, "password": "{ID}"}}]}}"#
+        ),
+        "vmess" => format!(
+            r#"{{"vnext": [{{"address": "127.0.0.1", "port": {port},
+                 "users": [{{"id": "{ID}", "security": "auto"}}]}}]}}"#
+        ),
+        _ => format!(
+            r#"{{"vnext": [{{"address": "127.0.0.1", "port": {port},
+                 "users": [{{"id": "{ID}", "encryption": "none"}}]}}]}}"#
+        ),
+    };
+    format!(
+        r#"{{"protocol": "{protocol}", "settings": {settings}, "streamSettings": {{{stream}}}}}"#
+    )
+}
+
+/// The `security` members of a client: TLS to `SNI`, pinned to `cert`.
+fn client_tls(cert: &Cert) -> String {
+    format!(
+        r#""security": "tls", "tlsSettings": {{"serverName": "{SNI}", "pinnedPeerCertSha256": "{}"}}"#,
+        cert.pin
+    )
+}
+
+/// The `security` members of a client: REALITY to `SNI` with `pbk` and `sid`.
+fn client_reality_security(pbk: &str, sid: &str) -> String {
+    format!(
+        r#""security": "reality", "realitySettings": {}"#,
+        client_reality(SNI, pbk, sid)
+    )
+}
+
+/// Through the client: `carry`, then Xray's own word that it dialed XHTTP in `mode` over HTTP
+/// `version` ("XHTTP is dialing to …, mode M, HTTP version V"), so that an `auto` client is
+/// known to have picked what it should.
+fn carry_xhttp(
+    what: &str,
+    client: &(Proc, u16),
+    mode: &str,
+    version: &str,
+    logs: &dyn Fn() -> String,
+) {
+    carry(what, client.1, logs);
+    let needle = format!(", mode {mode}, HTTP version {version}");
+    let t = Instant::now();
+    while !client.0.output().contains(&needle) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{what}: the client did not dial with {needle:?}\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 3x-ui as it writes config.json today (v3, `internal/web/service/xray.go`): VLESS over XHTTP
+/// and REALITY with the inbound form's defaults after its wire normalizer
+/// (`frontend/src/lib/xray/stream-wire-normalize.ts`, `normalizeXhttpForWire`): `path` "/",
+/// `host` "", `mode` "auto", `xPaddingBytes` "100-1000", `scMaxBufferedPosts` 30,
+/// `scStreamUpServerSecs` "20-80", every empty or default knob left out; clients rebuilt by
+/// the panel as `{email, id}` (no flow off TCP), VLESS `encryption` stripped, REALITY without
+/// its client half; in 3x-ui's base config (keys sorted, as Go writes the stream back). The
+/// `auto` server serves clients in `auto` (stream-one under REALITY), `packet-up` and
+/// `stream-up`.
+#[test]
+fn three_x_ui_vless_xhttp_reality() {
+    const PRIVATE: &str = "WIBQErHhtkqmsVRz36akBn3GyUbFdX50UwGJS_mpWH4";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let echo = echo_server();
+    let (api, metrics, port) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        r#"{{
+  "api": {{"services": ["HandlerService", "LoggerService", "StatsService", "RoutingService"], "tag": "api"}},
+  "inbounds": [
+    {{"listen": "127.0.0.1", "port": {api}, "protocol": "tunnel", "settings": {{"rewriteAddress": "127.0.0.1"}}, "tag": "api"}},
+    {{"listen": "127.0.0.1", "port": {port}, "protocol": "vless", "tag": "inbound-{port}",
+      "settings": {{"clients": [{{"email": "r4x9m2k7", "id": "{ID}"}}], "decryption": "none"}},
+      "sniffing": {{"enabled": true, "destOverride": ["http", "tls", "quic", "fakedns"]}},
+      "streamSettings": {{
+        "network": "xhttp",
+        "realitySettings": {{
+          "maxClientVer": "", "maxTimediff": 0, "minClientVer": "", "mldsa65Seed": "",
+          "privateKey": "{PRIVATE}", "serverNames": ["{SNI}", "www.{SNI}"],
+          "shortIds": ["5e2a", "c4d1b7f03a9e6b28"], "show": false,
+          "target": "127.0.0.1:{site}", "xver": 0}},
+        "security": "reality",
+        "xhttpSettings": {{"host": "", "mode": "auto", "path": "/", "scMaxBufferedPosts": 30,
+                          "scStreamUpServerSecs": "20-80", "xPaddingBytes": "100-1000"}}}}}}
+  ],
+  "log": {{"access": "none", "dnsLog": false, "error": "", "loglevel": "warning", "maskAddress": ""}},
+  "metrics": {{"listen": "127.0.0.1:{metrics}", "tag": "metrics_out"}},
+  "outbounds": [
+    {{"protocol": "freedom", "tag": "direct",
+      "settings": {{"domainStrategy": "AsIs",
+                    "finalRules": [{{"action": "allow", "ip": ["127.0.0.0/8"]}},
+                                   {{"action": "block", "ip": ["geoip:private"]}}, {{"action": "allow"}}]}}}},
+    {{"protocol": "blackhole", "settings": {{}}, "tag": "blocked"}}
+  ],
+  "policy": {{
+    "levels": {{"0": {{"statsUserDownlink": true, "statsUserUplink": true}}}},
+    "system": {{"statsInboundDownlink": true, "statsInboundUplink": true,
+                "statsOutboundDownlink": false, "statsOutboundUplink": false}}
+  }},
+  "routing": {{"domainStrategy": "AsIs",
+               "rules": [{{"inboundTag": ["api"], "outboundTag": "api", "type": "field"}}]}},
+  "stats": {{}}
+}}"#,
+        site = site.port
+    );
+    reality_fields_known(&both_accept("3x-ui-xhttp-reality", &cfg));
+    let f = ferry(&cfg, &[api, metrics, port]);
+    let client = |mode: &str| {
+        let out = client_outbound(
+            "vless",
+            port,
+            &format!(
+                r#""network": "xhttp", "xhttpSettings": {{"path": "/", "mode": "{mode}"}}, {}"#,
+                client_reality_security(&pbk, "c4d1b7f03a9e6b28")
+            ),
+        );
+        xray_client(echo.port(), &out)
+    };
+    let (auto, packet, stream) = (client("auto"), client("packet-up"), client("stream-up"));
+    let logs = || all_logs(&[&f, &auto.0, &packet.0, &stream.0, &site.proc]);
+    carry_xhttp("3x-ui XHTTP REALITY, auto", &auto, "stream-one", "2", &logs);
+    carry_xhttp(
+        "3x-ui XHTTP REALITY, packet-up",
+        &packet,
+        "packet-up",
+        "2",
+        &logs,
+    );
+    carry_xhttp(
+        "3x-ui XHTTP REALITY, stream-up",
+        &stream,
+        "stream-up",
+        "2",
+        &logs,
+    );
+    probe_meets_the_site("3x-ui XHTTP REALITY", port, &logs);
+}
+
+/// 3x-ui v2.x (v2.5 to v2.9, the form in `web/assets/js/model/inbound.js`, whose
+/// `xHTTPStreamSettings.toJson` writes every field it has, empty or not: `headers` {},
+/// `scMaxEachPostBytes` "1000000", `noSSEHeader` false, `xPaddingObfsMode` false and its
+/// empty `xPaddingKey`/`Header`/`Placement`/`Method`, `uplinkHTTPMethod`, `sessionPlacement`/
+/// `Key`, `seqPlacement`/`Key`, `uplinkDataPlacement`/`Key` all "", `uplinkChunkSize` 0), as
+/// its API path hands the inbound to the core (`GenXrayInboundConfig`: clients with the
+/// panel's own fields, VLESS `encryption`, `externalProxy`, the TLS form's client half in
+/// `tlsSettings.settings`). Two inbounds: `packet-up` over TLS (the form's TLS defaults:
+/// `minVersion` 1.2, `maxVersion` 1.3, empty `cipherSuites` and `echServerKeys`,
+/// `echForceQuery` "none", `alpn` h2 and http/1.1, a certificate file with `usage`,
+/// `oneTimeLoading`, `buildChain`) and `stream-up` without TLS; in v2.9's base config
+/// (`web/service/config.json`: the API tunnel with `address`, freedom with `redirect` "" and
+/// `noises` [], as every 3x-ui from v2.5 to v3.0 installs it and as later versions keep it in
+/// an upgraded install's template).
+#[test]
+fn three_x_ui_v2_xhttp_every_field() {
+    let cert = cert();
+    let echo = echo_server();
+    let (api, metrics, tls, plain) = (free_port(), free_port(), free_port(), free_port());
+    let xhttp = |path: &str, mode: &str| {
+        format!(
+            r#""xhttpSettings": {{"path": "{path}", "host": "", "headers": {{}}, "scMaxBufferedPosts": 30,
+          "scMaxEachPostBytes": "1000000", "scStreamUpServerSecs": "20-80", "noSSEHeader": false,
+          "xPaddingBytes": "100-1000", "mode": "{mode}", "xPaddingObfsMode": false, "xPaddingKey": "",
+          "xPaddingHeader": "", "xPaddingPlacement": "", "xPaddingMethod": "", "uplinkHTTPMethod": "",
+          "sessionPlacement": "", "sessionKey": "", "seqPlacement": "", "seqKey": "",
+          "uplinkDataPlacement": "", "uplinkDataKey": "", "uplinkChunkSize": 0}}"#
+        )
+    };
+    let inbound = |port: u16, email: &str, stream: String| {
+        format!(
+            r#"{{"listen": "127.0.0.1", "port": {port}, "protocol": "vless", "tag": "inbound-{port}",
+      "settings": {{"clients": [{{"id": "{ID}", "flow": "", "email": "{email}", "limitIp": 0, "totalGB": 0,
+                      "expiryTime": 0, "enable": true, "tgId": "", "subId": "{email}0000", "comment": "",
+                      "reset": 0, "created_at": 1767225600000, "updated_at": 1767225600000}}],
+                    "decryption": "none", "encryption": "none"}},
+      "streamSettings": {{{stream}}},
+      "sniffing": {{"enabled": false, "destOverride": ["http", "tls", "quic", "fakedns"],
+                    "metadataOnly": false, "routeOnly": false, "ipsExcluded": [], "domainsExcluded": []}}}}"#
+        )
+    };
+    let tls_stream = format!(
+        r#""network": "xhttp", "security": "tls", "externalProxy": [],
+        "tlsSettings": {{"serverName": "{SNI}", "minVersion": "1.2", "maxVersion": "1.3", "cipherSuites": "",
+          "rejectUnknownSni": false, "disableSystemRoot": false, "enableSessionResumption": false,
+          "certificates": [{{"certificateFile": "{}", "keyFile": "{}", "oneTimeLoading": false,
+                             "usage": "encipherment", "buildChain": false}}],
+          "alpn": ["h2", "http/1.1"], "echServerKeys": "", "echForceQuery": "none",
+          "settings": {{"fingerprint": "chrome", "echConfigList": ""}}}},
+        {}"#,
+        cert.cert,
+        cert.key,
+        xhttp("/x7Kp2", "packet-up")
+    );
+    let plain_stream = format!(
+        r#""network": "xhttp", "security": "none", "externalProxy": [], {}"#,
+        xhttp("/m3Qz9", "stream-up")
+    );
+    let cfg = format!(
+        r#"{{
+  "log": {{"access": "none", "dnsLog": false, "error": "", "loglevel": "warning", "maskAddress": ""}},
+  "api": {{"tag": "api", "services": ["HandlerService", "LoggerService", "StatsService"]}},
+  "inbounds": [
+    {{"tag": "api", "listen": "127.0.0.1", "port": {api}, "protocol": "tunnel", "settings": {{"address": "127.0.0.1"}}}},
+    {}, {}
+  ],
+  "outbounds": [
+    {{"tag": "direct", "protocol": "freedom", "settings": {{"domainStrategy": "AsIs", "redirect": "", "noises": []}}}},
+    {{"tag": "blocked", "protocol": "blackhole", "settings": {{}}}}
+  ],
+  "policy": {{
+    "levels": {{"0": {{"statsUserDownlink": true, "statsUserUplink": true}}}},
+    "system": {{"statsInboundDownlink": true, "statsInboundUplink": true,
+                "statsOutboundDownlink": false, "statsOutboundUplink": false}}
+  }},
+  "routing": {{"domainStrategy": "AsIs",
+               "rules": [{{"type": "field", "inboundTag": ["api"], "outboundTag": "api"}}]}},
+  "stats": {{}},
+  "metrics": {{"tag": "metrics_out", "listen": "127.0.0.1:{metrics}"}}
+}}"#,
+        inbound(tls, "p8w2n5d1", tls_stream),
+        inbound(plain, "j6t0c3v9", plain_stream),
+    );
+    let warnings = both_accept("3x-ui-v2-xhttp", &cfg);
+    let odd: Vec<&str> = warnings
+        .lines()
+        .filter(|l| l.contains("xhttpSettings"))
+        .collect();
+    assert!(odd.is_empty(), "ferry test warned: {odd:#?}");
+    let f = ferry(&cfg, &[api, metrics, tls, plain]);
+    let packet = xray_client(
+        echo.port(),
+        &client_outbound(
+            "vless",
+            tls,
+            &format!(
+                r#""network": "xhttp", "xhttpSettings": {{"path": "/x7Kp2", "mode": "packet-up"}}, {}"#,
+                client_tls(&cert)
+            ),
+        ),
+    );
+    let stream = xray_client(
+        echo.port(),
+        &client_outbound(
+            "vless",
+            plain,
+            r#""network": "xhttp", "xhttpSettings": {"path": "/m3Qz9", "mode": "stream-up"}"#,
+        ),
+    );
+    let logs = || all_logs(&[&f, &packet.0, &stream.0]);
+    carry_xhttp(
+        "3x-ui v2 XHTTP TLS, packet-up",
+        &packet,
+        "packet-up",
+        "2",
+        &logs,
+    );
+    carry_xhttp(
+        "3x-ui v2 XHTTP, stream-up",
+        &stream,
+        "stream-up",
+        "1.1",
+        &logs,
+    );
+}
+
+/// Marzban's XHTTP inbounds as its docs give them (gozargah.github.io,
+/// `marzban/en/docs/xray-inbounds.md`: "VLESS XHTTP REALITY", "VLESS XHTTP TLS", "VLESS XHTTP
+/// NoTLS"): `xhttpSettings` of only `"mode": "auto"` (no path: "/"), REALITY with `dest`,
+/// `serverNames` with "" beside the name, `SpiderX`; TLS with `serverName`, a certificate file
+/// with `ocspStapling`, `minVersion` 1.2 and `cipherSuites` (TLS 1.2 ECDHE suites); users put
+/// in by Marzban at start (`{email, id}`, flow dropped off TCP); the API and stats Marzban
+/// adds. Clients in `auto`: stream-one over REALITY, packet-up over TLS (HTTP/2) and without
+/// TLS (HTTP/1.1).
+#[test]
+fn marzban_vless_xhttp() {
+    const PRIVATE: &str = "kDdwXyZBiBLGTXiK4tiVZpHg5VbyUR6o3TQUdiGUO3E";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let cert = cert();
+    let echo = echo_server();
+    let (api, reality, tls, notls) = (free_port(), free_port(), free_port(), free_port());
+    let sniffing = r#""sniffing": {"enabled": true, "destOverride": ["http", "tls", "quic"]}"#;
+    let inbound = |tag: &str, port: u16, security: String| {
+        format!(
+            r#"{{"tag": "{tag}", "listen": "127.0.0.1", "port": {port}, "protocol": "vless",
+      "settings": {{"clients": [{{"email": "1.alice", "id": "{ID}"}}], "decryption": "none"}},
+      "streamSettings": {{"network": "xhttp", "xhttpSettings": {{"mode": "auto"}}, {security}}},
+      {sniffing}}}"#
+        )
+    };
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "warning"}},
+  "routing": {{"rules": [{{"inboundTag": ["API_INBOUND"], "outboundTag": "API", "type": "field"}}]}},
+  "inbounds": [
+    {{"listen": "127.0.0.1", "port": {api}, "protocol": "dokodemo-door",
+      "settings": {{"address": "127.0.0.1"}}, "tag": "API_INBOUND"}},
+    {}, {}, {}
+  ],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "api": {{"services": ["HandlerService", "StatsService", "LoggerService"], "tag": "API"}},
+  "stats": {{}},
+  "policy": {{
+    "levels": {{"0": {{"statsUserUplink": true, "statsUserDownlink": true}}}},
+    "system": {{"statsInboundDownlink": false, "statsInboundUplink": false,
+                "statsOutboundDownlink": true, "statsOutboundUplink": true}}
+  }}
+}}"#,
+        inbound(
+            "VLESS XHTTP REALITY",
+            reality,
+            format!(
+                r#""security": "reality",
+        "realitySettings": {{"show": false, "dest": "127.0.0.1:{}", "xver": 0,
+          "serverNames": ["{SNI}", ""], "privateKey": "{PRIVATE}", "SpiderX": "/",
+          "shortIds": ["ea1058117be12087"]}}"#,
+                site.port
+            )
+        ),
+        inbound("VLESS XHTTP TLS", tls, marzban_tls(&cert)),
+        inbound(
+            "VLESS XHTTP NoTLS",
+            notls,
+            r#""security": "none""#.to_string()
+        ),
+    );
+    reality_fields_known(&both_accept("marzban-xhttp", &cfg));
+    let f = ferry(&cfg, &[api, reality, tls, notls]);
+    let client = |port: u16, security: &str| {
+        let stream =
+            format!(r#""network": "xhttp", "xhttpSettings": {{"mode": "auto"}}, {security}"#);
+        xray_client(echo.port(), &client_outbound("vless", port, &stream))
+    };
+    let c1 = client(reality, &client_reality_security(&pbk, "ea1058117be12087"));
+    let c2 = client(tls, &client_tls(&cert));
+    let c3 = client(notls, r#""security": "none""#);
+    let logs = || all_logs(&[&f, &c1.0, &c2.0, &c3.0, &site.proc]);
+    carry_xhttp("Marzban VLESS XHTTP REALITY", &c1, "stream-one", "2", &logs);
+    carry_xhttp("Marzban VLESS XHTTP TLS", &c2, "packet-up", "2", &logs);
+    carry_xhttp("Marzban VLESS XHTTP NoTLS", &c3, "packet-up", "1.1", &logs);
+    probe_meets_the_site("Marzban VLESS XHTTP REALITY", reality, &logs);
+}
+
+/// Marzban's `tlsSettings` (its docs' TLS inbounds): `serverName`, one certificate file with
+/// `ocspStapling`, `minVersion` 1.2, `cipherSuites`.
+fn marzban_tls(cert: &Cert) -> String {
+    format!(
+        r#""security": "tls",
+        "tlsSettings": {{"serverName": "{SNI}",
+          "certificates": [{{"ocspStapling": 3600, "certificateFile": "{}", "keyFile": "{}"}}],
+          "minVersion": "1.2",
+          "cipherSuites": "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256:TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256:TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384:TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384:TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256:TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}}"#,
+        cert.cert, cert.key
+    )
+}
+
+/// Marzban's SplitHTTP inbounds as its docs still give them ("VLESS SplitHTTP TLS", "VMess
+/// SplitHTTP NoTLS"): `network` "splithttp" with `splithttpSettings` carrying the fields
+/// SplitHTTP dropped long ago (`maxUploadSize`, `maxConcurrentUploads`, which Xray ignores),
+/// VMess `settings` with `decryption`, and, in the TLS one, `sniffing` misplaced inside
+/// `streamSettings`. Clients by the old names too, in the default mode (packet-up).
+#[test]
+fn marzban_splithttp() {
+    let cert = cert();
+    let echo = echo_server();
+    let (vless, vmess) = (free_port(), free_port());
+    let sniffing = r#""sniffing": {"enabled": true, "destOverride": ["http", "tls", "quic"]}"#;
+    let splithttp = r#""splithttpSettings": {"host": "", "path": "/", "maxUploadSize": 1000000, "maxConcurrentUploads": 10}"#;
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "warning"}},
+  "inbounds": [
+    {{"tag": "VLESS Splithttp TLS", "listen": "127.0.0.1", "port": {vless}, "protocol": "vless",
+      "settings": {{"clients": [{{"email": "1.alice", "id": "{ID}"}}], "decryption": "none"}},
+      "streamSettings": {{{splithttp}, "network": "splithttp", {}, {sniffing}}}}},
+    {{"tag": "VMESS SplitHTTP NoTLS", "listen": "127.0.0.1", "port": {vmess}, "protocol": "vmess",
+      "settings": {{"clients": [{{"email": "1.alice", "id": "{ID}"}}], "decryption": "none"}},
+      "streamSettings": {{"network": "splithttp", {splithttp}}}, {sniffing}}}
+  ],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}]
+}}"#,
+        marzban_tls(&cert),
+    );
+    both_accept("marzban-splithttp", &cfg);
+    let f = ferry(&cfg, &[vless, vmess]);
+    let c1 = xray_client(
+        echo.port(),
+        &client_outbound(
+            "vless",
+            vless,
+            &format!(
+                r#""network": "splithttp", "splithttpSettings": {{"path": "/"}}, {}"#,
+                client_tls(&cert)
+            ),
+        ),
+    );
+    let c2 = xray_client(
+        echo.port(),
+        &client_outbound(
+            "vmess",
+            vmess,
+            r#""network": "splithttp", "splithttpSettings": {"path": "/"}"#,
+        ),
+    );
+    let logs = || all_logs(&[&f, &c1.0, &c2.0]);
+    carry_xhttp("Marzban VLESS SplitHTTP TLS", &c1, "packet-up", "2", &logs);
+    carry_xhttp(
+        "Marzban VMess SplitHTTP NoTLS",
+        &c2,
+        "packet-up",
+        "1.1",
+        &logs,
+    );
+}
+
+/// HAProxy's HTTP mode in front of Hiddify's core (`backend v10-*-xhttp-http`: `server xray
+/// abns@v10-… send-proxy-v2 proto h2`): nginx terminates TLS (h2) for `SNI` and hands `path`
+/// to `upstream` over h2c (`grpc_pass`), where `haproxy()` adds the PROXY v2 header on the way
+/// to the abstract socket. Returns nginx and its port.
+fn h2_front(cert: &Cert, path: &str, upstream: u16) -> (Proc, u16, tempdir::Dir) {
+    let dir = tempdir::Dir::new("h2-front");
+    let d = dir.path();
+    let port = free_port();
+    let conf = format!(
+        r#"user root;
+master_process off;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+    access_log {d}/access.log;
+    client_body_temp_path {d}/t-body;
+    proxy_temp_path {d}/t-proxy;
+    fastcgi_temp_path {d}/t-fastcgi;
+    uwsgi_temp_path {d}/t-uwsgi;
+    scgi_temp_path {d}/t-scgi;
+    default_type text/plain;
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        server_name {SNI};
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location {path} {{
+            grpc_pass grpc://127.0.0.1:{upstream};
+            grpc_read_timeout 1h;
+            grpc_send_timeout 1h;
+            client_max_body_size 0;
+        }}
+    }}
+}}
+"#,
+        d = d.display(),
+        cert = cert.cert,
+        key = cert.key,
+    );
+    let proc = spawn_with_config(
+        &peer("nginx"),
+        "nginx",
+        &conf,
+        &[
+            "-p",
+            d.to_str().unwrap(),
+            "-c",
+            "{config}",
+            "-g",
+            "daemon off;",
+        ],
+    );
+    wait_listening(port, &proc);
+    (proc, port, dir)
+}
+
+/// Hiddify-Manager's XHTTP inbounds (xray/configs/05_inbounds_new.json.j2 with
+/// common/streams/xhttp.pj2, and the `special_reality_xhttp` mode of
+/// 05_inbounds_02_reality_main.json.j2, as its renderer writes them): VLESS (flow "", the
+/// fallback to `@@http_in_h2`), VMess (`alterId` 0) and Trojan (the user's UUID as password) on
+/// the padded abstract sockets `@@v10-PROTOCOL-xhttp` with `security` "none", and VLESS +
+/// REALITY on `@@realityin_PORT`; `xhttpSettings` `{"mode": "auto", "path": "/PATHS"}`;
+/// `sockopt.acceptProxyProtocol` (HAProxy sends PROXY v2) and `tcpFastOpen`. HAProxy's TCP
+/// mode (HTTP/1.1 once it has taken TLS off) is `haproxy()`: clients in `auto` (packet-up).
+/// Its HTTP mode (h2 to the core) is nginx with `grpc_pass` before `haproxy()`: a client in
+/// stream-up over TLS. REALITY, relayed as bytes: a client in `auto` (stream-one).
+#[test]
+fn hiddify_xhttp() {
+    const PRIVATE: &str = "CBqBTeOicfU7GGmthFbIL8J2m6R7t8aTBpAjc6T-rlA";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let cert = cert();
+    let echo = echo_server();
+    let (api, rport) = (free_port(), free_port());
+    let sid = "9d04e7a1c3b2f856";
+    // The v10 sockets' names, made this run's own.
+    let v10 = |protocol: &str| format!("v10-{protocol}-xhttp-{}-{rport}", std::process::id());
+    let path = |protocol: &str| format!("/Rq4{protocol}Zx8xhttp");
+    let tail = r#""sockopt": {"acceptProxyProtocol": true, "tcpFastOpen": true}},
+      "sniffing": {"enabled": true, "destOverride": ["http", "tls", "quic"]}"#;
+    let vless_settings = format!(
+        r#""settings": {{
+        "clients": [{{"id": "{ID}", "email": "{ID}@hiddify.com", "flow": ""}}],
+        "decryption": "none",
+        "fallbacks": [{{"dest": "@@http_in_h2", "xver": 2}}]}}"#
+    );
+    let settings = |protocol: &str| match protocol {
+        "vmess" => format!(
+            r#""settings": {{"clients": [{{"id": "{ID}", "email": "{ID}@hiddify.com", "alterId": 0}}]}}"#
+        ),
+        "trojan" => format!(
+            r#""settings": {{"clients": [{{"password": "{ID}", "email": "{ID}@hiddify.com"}}]}}"#
+        ),
+        _ => vless_settings.clone(),
+    };
+    let new_inbound = |protocol: &str| {
+        format!(
+            r#"{{"tag": "v10-{protocol}-xhttp", "listen": "@@{}", "protocol": "{protocol}", {},
+      "streamSettings": {{"network": "xhttp", "xhttpSettings": {{"mode": "auto", "path": "{}"}},
+        "security": "none", {tail}}}"#,
+            v10(protocol),
+            settings(protocol),
+            path(protocol)
+        )
+    };
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "warning", "logid": true, "header": true}},
+  "api": {{"tag": "api", "listen": "127.0.0.1:{api}", "services": ["HandlerService", "LoggerService", "StatsService"]}},
+  "policy": {{
+    "levels": {{"0": {{"statsUserUplink": true, "statsUserDownlink": true, "statsUserOnline": true}}}},
+    "system": {{"statsInboundUplink": true, "statsInboundDownlink": true,
+                "statsOutboundUplink": true, "statsOutboundDownlink": true}}
+  }},
+  "stats": {{}},
+  "inbounds": [
+    {{"tag": "realityin_xhttp_{rport}", "listen": "@@realityin_{rport}", "protocol": "vless", {vless_settings},
+      "streamSettings": {{"network": "xhttp", "xhttpSettings": {{"mode": "auto", "path": "{}"}},
+        "security": "reality",
+        "realitySettings": {{"show": false, "dest": "127.0.0.1:{}", "xver": 0,
+          "serverNames": ["{SNI}"], "privateKey": "{PRIVATE}", "shortIds": ["", "{sid}"]}},
+        {tail}}},
+    {}, {}, {}
+  ],
+  "outbounds": [{{"tag": "freedom", "protocol": "freedom", "settings": {{}}}},
+                {{"protocol": "blackhole", "tag": "blackhole"}}]
+}}"#,
+        path("vless"),
+        site.port,
+        new_inbound("vless"),
+        new_inbound("vmess"),
+        new_inbound("trojan"),
+    );
+    reality_fields_known(&both_accept("hiddify-xhttp", &cfg));
+    let f = ferry(&cfg, &[api]);
+    let plain = |protocol: &str| {
+        let stream = format!(
+            r#""network": "xhttp", "xhttpSettings": {{"mode": "auto", "path": "{}"}}"#,
+            path(protocol)
+        );
+        xray_client(
+            echo.port(),
+            &client_outbound(protocol, haproxy(&v10(protocol)), &stream),
+        )
+    };
+    let (c1, c2, c3) = (plain("vless"), plain("vmess"), plain("trojan"));
+    let (nginx, front, _nginx_dir) = h2_front(&cert, &path("vless"), haproxy(&v10("vless")));
+    let c4 = xray_client(
+        echo.port(),
+        &client_outbound(
+            "vless",
+            front,
+            &format!(
+                r#""network": "xhttp", "xhttpSettings": {{"mode": "stream-up", "path": "{}"}}, {}"#,
+                path("vless"),
+                client_tls(&cert)
+            ),
+        ),
+    );
+    let reality_front = haproxy(&format!("realityin_{rport}"));
+    let c5 = xray_client(
+        echo.port(),
+        &client_outbound(
+            "vless",
+            reality_front,
+            &format!(
+                r#""network": "xhttp", "xhttpSettings": {{"mode": "auto", "path": "{}"}}, {}"#,
+                path("vless"),
+                client_reality_security(&pbk, sid)
+            ),
+        ),
+    );
+    let logs = || all_logs(&[&f, &c1.0, &c2.0, &c3.0, &c4.0, &c5.0, &nginx, &site.proc]);
+    carry_xhttp(
+        "Hiddify VLESS XHTTP, TCP mode",
+        &c1,
+        "packet-up",
+        "1.1",
+        &logs,
+    );
+    carry_xhttp(
+        "Hiddify VMess XHTTP, TCP mode",
+        &c2,
+        "packet-up",
+        "1.1",
+        &logs,
+    );
+    carry_xhttp(
+        "Hiddify Trojan XHTTP, TCP mode",
+        &c3,
+        "packet-up",
+        "1.1",
+        &logs,
+    );
+    carry_xhttp("Hiddify VLESS XHTTP, h2 mode", &c4, "stream-up", "2", &logs);
+    carry_xhttp("Hiddify VLESS XHTTP REALITY", &c5, "stream-one", "2", &logs);
+    probe_meets_the_site("Hiddify VLESS XHTTP REALITY", reality_front, &logs);
+}
+
+/// A Remnawave config profile's XHTTP REALITY inbound as the node starts the core with it.
+/// Remnawave ships no XHTTP template (remnawave/templates has none): the admin writes the
+/// inbound; the panel then does what its code does to any (`XRayConfig.cleanInboundClients`,
+/// `includeUserBatch`): users as `{id, email}`, `settings.flow` put in by `getVlessFlow`, ""
+/// off raw/TCP. `xhttpSettings` with `path`, `host`, `mode` and `extra`, the members
+/// Remnawave reads for its share links (`resolveXhttp`), `extra` holding the rest as Xray
+/// reads it on both sides (padding, the packet-up knobs, `xmux`). The node's API on a
+/// `tunnel` inbound on an abstract socket, `api`, `stats`, `policy`. Clients with the same
+/// `extra`, as the subscription gives it: `auto` (stream-one) and `packet-up`.
+#[test]
+fn remnawave_vless_xhttp_reality() {
+    const PRIVATE: &str = "mIvJtiWQgTwxT5VdgboK7WES1sI3zZ-SapXyWdko23c";
+    let pbk = public_key(PRIVATE);
+    let site = site();
+    let echo = echo_server();
+    let port = free_port();
+    let sock = format!("@ferry-test-remnawave-api-{}-{port}", std::process::id());
+    let extra = r#"{"xPaddingBytes": "100-1000", "noSSEHeader": false, "scMaxEachPostBytes": 1000000,
+                    "scMaxBufferedPosts": 30, "scStreamUpServerSecs": "20-80",
+                    "xmux": {"maxConcurrency": "16-32", "cMaxReuseTimes": 0, "hMaxRequestTimes": "600-900",
+                             "hMaxReusableSecs": "1800-3000", "hKeepAlivePeriod": 0}}"#;
+    let cfg = format!(
+        r#"{{
+  "log": {{"loglevel": "info"}},
+  "inbounds": [
+    {{"tag": "REMNAWAVE_API_INBOUND", "listen": "{sock}", "protocol": "tunnel"}},
+    {{"tag": "VLESS_XHTTP_REALITY", "port": {port}, "listen": "127.0.0.1", "protocol": "vless",
+      "settings": {{"clients": [{{"id": "{ID}", "email": "1"}}], "decryption": "none", "flow": ""}},
+      "sniffing": {{"enabled": true, "destOverride": ["http", "tls", "quic"]}},
+      "streamSettings": {{"network": "xhttp", "security": "reality",
+        "xhttpSettings": {{"path": "/rw-xh", "host": "", "mode": "auto", "extra": {extra}}},
+        "realitySettings": {{"target": "127.0.0.1:{site}", "show": false, "xver": 0,
+          "shortIds": [""], "privateKey": "{PRIVATE}", "serverNames": ["{SNI}"]}}}}}}
+  ],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "routing": {{"rules": [{{"inboundTag": ["REMNAWAVE_API_INBOUND"], "outboundTag": "REMNAWAVE_API"}}]}},
+  "stats": {{}},
+  "api": {{"services": ["HandlerService", "StatsService", "RoutingService"], "tag": "REMNAWAVE_API"}},
+  "policy": {{
+    "levels": {{"0": {{"statsUserUplink": true, "statsUserDownlink": true, "statsUserOnline": false}}}},
+    "system": {{"statsInboundDownlink": true, "statsInboundUplink": true,
+                "statsOutboundDownlink": true, "statsOutboundUplink": true}}
+  }}
+}}"#,
+        site = site.port
+    );
+    let warnings = both_accept("remnawave-xhttp", &cfg);
+    reality_fields_known(&warnings);
+    let odd: Vec<&str> = warnings
+        .lines()
+        .filter(|l| l.contains("xhttpSettings"))
+        .collect();
+    assert!(odd.is_empty(), "ferry test warned: {odd:#?}");
+    let f = ferry(&cfg, &[port]);
+    let client = |mode: &str| {
+        let out = client_outbound(
+            "vless",
+            port,
+            &format!(
+                r#""network": "xhttp", "xhttpSettings": {{"path": "/rw-xh", "mode": "{mode}", "extra": {extra}}}, {}"#,
+                client_reality_security(&pbk, "")
+            ),
+        );
+        xray_client(echo.port(), &out)
+    };
+    let (auto, packet) = (client("auto"), client("packet-up"));
+    let logs = || all_logs(&[&f, &auto.0, &packet.0, &site.proc]);
+    carry_xhttp(
+        "Remnawave VLESS XHTTP REALITY, auto",
+        &auto,
+        "stream-one",
+        "2",
+        &logs,
+    );
+    carry_xhttp(
+        "Remnawave VLESS XHTTP REALITY, packet-up",
+        &packet,
+        "packet-up",
+        "2",
+        &logs,
+    );
+    probe_meets_the_site("Remnawave VLESS XHTTP REALITY", port, &logs);
 }
