@@ -295,3 +295,22 @@ fn a_session_whose_get_never_comes_is_reaped_after_30s() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_packet_up_tunnel_outlives_the_servers_keep_alive() {
+    // HTTP/1.1 packets go on a kept upload connection, which the server closes after 4 s
+    // idle: the next packet after a longer pause goes on a new one, nothing lost.
+    let s = setup("");
+    let mut c = TcpStream::connect(("127.0.0.1", s.entry)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    for round in 0..3u64 {
+        let data = pattern(100_000, round + 1);
+        c.write_all(&data).unwrap();
+        let mut got = vec![0u8; data.len()];
+        c.read_exact(&mut got).unwrap();
+        assert!(got == data, "round {round}\n{}", s.server.output());
+        if round < 2 {
+            std::thread::sleep(Duration::from_secs(6));
+        }
+    }
+}

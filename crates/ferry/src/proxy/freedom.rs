@@ -259,7 +259,12 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
         );
     }
     for k in ["fragment", "noise", "noises"] {
-        if o.has(k) {
+        // An empty list does nothing in Xray either (3x-ui's base config has `"noises": []`
+        // on its direct outbound since v2.5).
+        let empty = o
+            .get(k)
+            .is_some_and(|(_, v)| v.as_array().is_some_and(|a| a.is_empty()));
+        if o.has(k) && !(k != "fragment" && empty) {
             return Err(ConfigError::new(o.key_path(k), "is not supported yet"));
         }
     }

@@ -588,26 +588,18 @@ async fn upload_packets(
         }
         let chunk = carry.split_to(carry.len().min(max)).freeze();
         last = Some(Instant::now());
-        let head = match client.request(
-            &server,
-            uplink_method(&client.settings),
-            &session,
-            Some(seq),
-            false,
-        ) {
-            Ok(b) => b.header(http::header::CONTENT_LENGTH, HeaderValue::from(chunk.len())),
-            Err(e) => {
-                tracing::info!("XHTTP: {e}");
-                return;
-            }
-        };
+        let this_seq = seq;
         seq += 1;
-        let req = match build(head, ClientBody::Full(Some(chunk))) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::info!("{e}");
-                return;
-            }
+        let make = || {
+            let head = client.request(
+                &server,
+                uplink_method(&client.settings),
+                &session,
+                Some(this_seq),
+                false,
+            )?;
+            let head = head.header(http::header::CONTENT_LENGTH, HeaderValue::from(chunk.len()));
+            build(head, ClientBody::Full(Some(chunk.clone())))
         };
         let result = match client.version {
             Version::H2 => {
@@ -616,6 +608,13 @@ async fn upload_packets(
                 }
                 let Ok(permit) = flights.clone().acquire_owned().await else {
                     return;
+                };
+                let req = match make() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::info!("{e}");
+                        return;
+                    }
                 };
                 client
                     .send(entry.as_deref(), &server, req)
@@ -636,7 +635,7 @@ async fn upload_packets(
                         });
                     })
             }
-            Version::H1 => post_h1(&client, &mut h1, &server, req).await,
+            Version::H1 => post_h1(&client, &mut h1, &server, &make).await,
         };
         if let Err(e) = result {
             tracing::info!("XHTTP: failed to send an upload packet: {e}");
@@ -646,40 +645,61 @@ async fn upload_packets(
 }
 
 /// One packet POST over HTTP/1.1, on the tunnel's upload connection (kept alive, redialed
-/// when it closed), its response awaited before the next.
+/// when it closed), its response awaited before the next. A kept connection the server
+/// closed as the POST went out (an idle keep-alive ends after a few seconds) gets the POST
+/// again on a fresh one: the server drops a sequence number it already has, so sending
+/// twice is safe, and losing it would lose the tunnel.
 async fn post_h1(
     client: &LegClient,
     conn: &mut Option<hyper::client::conn::http1::SendRequest<ClientBody>>,
     server: &Destination,
-    req: Request<ClientBody>,
+    make: &(dyn Fn() -> io::Result<Request<ClientBody>> + Sync),
 ) -> io::Result<()> {
-    if conn.as_ref().is_none_or(|c| c.is_closed()) {
-        let s = client.below.dial_tcp(server).await?;
-        let (send, c) = hyper::client::conn::http1::Builder::new()
-            .handshake::<_, ClientBody>(TokioIo::new(s))
-            .await
-            .map_err(hyper_err)?;
-        tokio::spawn(async move {
-            if let Err(e) = c.await {
-                tracing::debug!("XHTTP: HTTP/1.1 upload connection ended: {e}");
+    let mut fresh = false;
+    loop {
+        if conn.as_ref().is_none_or(|c| c.is_closed()) {
+            let s = client.below.dial_tcp(server).await?;
+            let (send, c) = hyper::client::conn::http1::Builder::new()
+                .handshake::<_, ClientBody>(TokioIo::new(s))
+                .await
+                .map_err(hyper_err)?;
+            tokio::spawn(async move {
+                if let Err(e) = c.await {
+                    tracing::debug!("XHTTP: HTTP/1.1 upload connection ended: {e}");
+                }
+            });
+            *conn = Some(send);
+            fresh = true;
+        }
+        let Some(send) = conn.as_mut() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        let req = make()?;
+        let sent = async {
+            poll_fn(|cx| send.poll_ready(cx)).await?;
+            send.send_request(req).await
+        };
+        let r = match sent.await {
+            Ok(r) => r,
+            Err(e) if !fresh => {
+                tracing::debug!(
+                    "XHTTP: the kept upload connection failed ({e}); again on a new one"
+                );
+                *conn = None;
+                continue;
             }
-        });
-        *conn = Some(send);
+            Err(e) => return Err(hyper_err(e)),
+        };
+        let status = r.status();
+        let mut b = r.into_body();
+        while let Some(f) = poll_fn(|cx| Pin::new(&mut b).poll_frame(cx)).await {
+            f.map_err(hyper_err)?;
+        }
+        if status != StatusCode::OK {
+            return Err(io::Error::other(format!("the server answered {status}")));
+        }
+        return Ok(());
     }
-    let Some(send) = conn.as_mut() else {
-        return Err(io::ErrorKind::NotConnected.into());
-    };
-    poll_fn(|cx| send.poll_ready(cx)).await.map_err(hyper_err)?;
-    let r = send.send_request(req).await.map_err(hyper_err)?;
-    let status = r.status();
-    let mut b = r.into_body();
-    while let Some(f) = poll_fn(|cx| Pin::new(&mut b).poll_frame(cx)).await {
-        f.map_err(hyper_err)?;
-    }
-    if status != StatusCode::OK {
-        return Err(io::Error::other(format!("the server answered {status}")));
-    }
-    Ok(())
 }
 
 enum Down {
