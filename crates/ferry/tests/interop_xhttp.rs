@@ -50,9 +50,9 @@
 //!   arriving in the first 2 s waits 5 s (see interop_reality.rs), so Xray REALITY servers are
 //!   given 2.5 s.
 //! - A fixed server mode refuses the other modes (400), so servers are given the client's mode.
-//! - No mihomo case: the mihomo of the peers cache (v1.19.2) has no XHTTP (it reads
-//!   `network: xhttp` without a word and speaks plain VLESS over TCP); mihomo's XHTTP client
-//!   (stream-up, download-settings) is from 2026 (MetaCubeX/mihomo PR #2655).
+//! - mihomo as a client (`mihomo_to_ferry_*`): the peers cache's `mihomo-xhttp` (v1.19.23, the
+//!   first releases with an XHTTP client are v1.19.22+; `mihomo` v1.19.2 stays the SSR peer),
+//!   each mode plain (HTTP/1.1) and over TLS (HTTP/2).
 
 mod common;
 use common::*;
@@ -1580,4 +1580,76 @@ fn ferry_server_answers_like_xray_stream_up() {
 #[test]
 fn ferry_server_answers_like_xray_stream_one() {
     ferry_answers_like_xray(ProbeServer::StreamOne);
+}
+
+// ---------------------------------------------------------------------------------------
+// mihomo as a client
+
+/// mihomo's `vless` proxy with `network: xhttp` in `mode`, to a Ferry server, plain or TLS.
+fn mihomo_case(mode: Mode, tls: bool) {
+    let fx = Fixture::new("mihomo");
+    let (entry, server) = (free_port(), free_port());
+    let echo = echo_server();
+    let shape = if tls { TlsH2 } else { Plain };
+    let stream = format!(
+        r#"{{"network":"xhttp",{},{}}}"#,
+        xhttp(None, ""),
+        server_security(shape, &fx)
+    );
+    let srv = start_server(
+        Ferry,
+        &[vless_inbound(server, "u@t", "", &stream)],
+        &[server],
+        false,
+    );
+    let home = fx.dir.path().join("mihomo-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let yaml = format!(
+        "log-level: info\n\
+         listeners:\n  - name: in\n    type: tunnel\n    port: {entry}\n    listen: 127.0.0.1\n\
+         \x20   network: [tcp]\n    target: 127.0.0.1:{}\n\
+         proxies:\n  - name: x\n    type: vless\n    server: 127.0.0.1\n    port: {server}\n\
+         \x20   uuid: {ID}\n    network: xhttp\n    tls: {tls}\n    servername: {SNI}\n\
+         \x20   skip-cert-verify: true\n    xhttp-opts:\n      path: {XPATH}\n      mode: {}\n\
+         rules:\n  - MATCH,x\n",
+        echo.port(),
+        mode.name()
+    );
+    let cli = up(
+        spawn_with_config(
+            &peer("mihomo-xhttp"),
+            "mihomo",
+            &yaml,
+            &["-d", home.to_str().unwrap(), "-f", "{config}"],
+        ),
+        &[entry],
+    );
+    let what = format!("mihomo -> Ferry, {} {shape:?}", mode.name());
+    transfer(entry, big(), 21, &what, &|| logs(&[&srv, &cli]));
+    wait_log(&srv, "email: u@t", &what, &|| logs(&[&srv, &cli]));
+}
+
+#[test]
+fn mihomo_to_ferry_packet_up_plain() {
+    mihomo_case(PacketUp, false);
+}
+#[test]
+fn mihomo_to_ferry_packet_up_tls_h2() {
+    mihomo_case(PacketUp, true);
+}
+#[test]
+fn mihomo_to_ferry_stream_up_plain() {
+    mihomo_case(StreamUp, false);
+}
+#[test]
+fn mihomo_to_ferry_stream_up_tls_h2() {
+    mihomo_case(StreamUp, true);
+}
+#[test]
+fn mihomo_to_ferry_stream_one_plain() {
+    mihomo_case(StreamOne, false);
+}
+#[test]
+fn mihomo_to_ferry_stream_one_tls_h2() {
+    mihomo_case(StreamOne, true);
 }
