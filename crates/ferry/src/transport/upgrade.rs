@@ -184,10 +184,23 @@ fn percent_decode(s: &str) -> Option<String> {
 /// 26.3 takes it: always, unless `sockopt.trustedXForwardedFor` lists header names, then only
 /// when one of them is present.
 pub fn forwarded_for(req: &RequestHead<'_>, trusted: &[String]) -> Option<IpAddr> {
-    if !trusted.is_empty() && !trusted.iter().any(|t| req.header(t).is_some()) {
+    forwarded_for_in(|name| req.header(name), trusted)
+}
+
+/// [`forwarded_for`] on the headers of an HTTP/2 or hyper request (gRPC, XHTTP).
+pub fn forwarded_for_map(headers: &http::HeaderMap, trusted: &[String]) -> Option<IpAddr> {
+    forwarded_for_in(|name| headers.get(name).map(|v| v.as_bytes()), trusted)
+}
+
+/// The rule of [`forwarded_for`] over any way to look a header up by name.
+fn forwarded_for_in<'a>(
+    header: impl Fn(&str) -> Option<&'a [u8]>,
+    trusted: &[String],
+) -> Option<IpAddr> {
+    if !trusted.is_empty() && !trusted.iter().any(|t| header(t).is_some()) {
         return None;
     }
-    let v = std::str::from_utf8(req.header("X-Forwarded-For")?).ok()?;
+    let v = std::str::from_utf8(header("X-Forwarded-For")?).ok()?;
     let first = v.split(',').next()?.trim();
     first
         .trim_start_matches('[')

@@ -30,8 +30,8 @@ use crate::session::{ConnInfo, Endpoint};
 const MAX_WRITE: usize = 64 * 1024;
 /// HTTP/2 windows: large, as Go's transport and clash-rs set them, so one call is not held
 /// back by flow control on a fast link.
-const STREAM_WINDOW: u32 = 4 << 20;
-const CONN_WINDOW: u32 = 16 << 20;
+pub(crate) const STREAM_WINDOW: u32 = 4 << 20;
+pub(crate) const CONN_WINDOW: u32 = 16 << 20;
 
 /// `grpcSettings`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -512,18 +512,7 @@ impl GrpcServer {
                 continue;
             }
             let mut call_info = info.clone();
-            let xff = req
-                .headers()
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(',').next())
-                .and_then(|v| v.trim().parse::<std::net::IpAddr>().ok());
-            let trusted = self.trusted_xff.is_empty()
-                || self
-                    .trusted_xff
-                    .iter()
-                    .any(|t| req.headers().contains_key(t.as_str()));
-            if let (Some(ip), true) = (xff, trusted) {
+            if let Some(ip) = super::upgrade::forwarded_for_map(req.headers(), &self.trusted_xff) {
                 call_info.source = Endpoint::Ip(std::net::SocketAddr::new(ip, 0));
             }
             call_info.path = Some(path.into());

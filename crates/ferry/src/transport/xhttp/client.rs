@@ -11,22 +11,21 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::pipe::{pipe, PipeBody, PipeWriter};
+use super::pipe::{pipe, BodyReader, PipeBody, PipeWriter};
 use super::{padding, Mode, Placement, XhttpSettings};
 use crate::common::Destination;
+use crate::transport::grpc::{CONN_WINDOW, STREAM_WINDOW};
 use crate::transport::upgrade::DEFAULT_USER_AGENT;
 use crate::transport::{BoxStream, Dialer, PacketConn, Stream};
 
 /// Bytes of uplink a stream-up/stream-one tunnel buffers before its writes wait.
 const UP_BUFFER: usize = 256 * 1024;
-const STREAM_WINDOW: u32 = 4 << 20;
-const CONN_WINDOW: u32 = 16 << 20;
 /// Chrome's HTTP/2 PING period, Xray's default `hKeepAlivePeriod`.
 const CHROME_KEEPALIVE: Duration = Duration::from_secs(45);
 /// Tunnels one HTTP/2 connection carries at most, whatever XMUX allows.
@@ -704,14 +703,13 @@ async fn post_h1(
 
 enum Down {
     Waiting(ResponseFuture),
-    Body(Incoming),
+    Body(BodyReader),
     Done,
 }
 
 /// One tunnel as a byte stream.
 pub struct ClientConn {
     down: Down,
-    pending: Bytes,
     /// The uplink: into the request body (stream-up/one) or the packet uploader.
     up: PipeWriter,
     _usage: Vec<Usage>,
@@ -727,7 +725,6 @@ impl ClientConn {
     ) -> Self {
         ClientConn {
             down: Down::Waiting(resp),
-            pending: Bytes::new(),
             up,
             _usage: usage,
             _conn: conn,
@@ -743,12 +740,6 @@ impl AsyncRead for ClientConn {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         loop {
-            if !me.pending.is_empty() {
-                let n = me.pending.len().min(out.remaining());
-                out.put_slice(&me.pending[..n]);
-                me.pending.advance(n);
-                return Poll::Ready(Ok(()));
-            }
             match &mut me.down {
                 Down::Done => return Poll::Ready(Ok(())),
                 Down::Waiting(f) => {
@@ -767,20 +758,21 @@ impl AsyncRead for ClientConn {
                             r.status()
                         ))));
                     }
-                    me.down = Down::Body(r.into_body());
+                    me.down = Down::Body(BodyReader::new(r.into_body()));
                 }
-                Down::Body(b) => match ready!(Pin::new(b).poll_frame(cx)) {
-                    None => me.down = Down::Done,
-                    Some(Err(e)) => {
-                        me.down = Down::Done;
-                        return Poll::Ready(Err(hyper_err(e)));
-                    }
-                    Some(Ok(f)) => {
-                        if let Ok(d) = f.into_data() {
-                            me.pending = d;
+                Down::Body(b) => {
+                    return match ready!(b.poll_read(cx, out)) {
+                        Ok(true) => Poll::Ready(Ok(())),
+                        Ok(false) => {
+                            me.down = Down::Done;
+                            Poll::Ready(Ok(()))
+                        }
+                        Err(e) => {
+                            me.down = Down::Done;
+                            Poll::Ready(Err(hyper_err(e)))
                         }
                     }
-                },
+                }
             }
         }
     }

@@ -185,6 +185,48 @@ impl Body for PipeBody {
     }
 }
 
+/// The other way: an HTTP body read as a byte stream, a frame at a time (the rest of the
+/// last frame kept for the next read).
+pub struct BodyReader {
+    body: hyper::body::Incoming,
+    pending: Bytes,
+}
+
+impl BodyReader {
+    pub fn new(body: hyper::body::Incoming) -> Self {
+        BodyReader {
+            body,
+            pending: Bytes::new(),
+        }
+    }
+
+    /// Reads into `out`: `true` with bytes read, `false` at the body's end.
+    pub fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<Result<bool, hyper::Error>> {
+        loop {
+            if !self.pending.is_empty() {
+                let n = self.pending.len().min(out.remaining());
+                out.put_slice(&self.pending[..n]);
+                bytes::Buf::advance(&mut self.pending, n);
+                return Poll::Ready(Ok(true));
+            }
+            match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                None => return Poll::Ready(Ok(false)),
+                Some(Err(e)) => return Poll::Ready(Err(e)),
+                Some(Ok(f)) => {
+                    // Trailers carry no bytes.
+                    if let Ok(d) = f.into_data() {
+                        self.pending = d;
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

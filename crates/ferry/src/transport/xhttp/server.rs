@@ -24,18 +24,16 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::meta::{self, Leg};
-use super::pipe::{pipe, PipeBody, PipeWriter};
+use super::pipe::{pipe, BodyReader, PipeBody, PipeWriter};
 use super::{padding, XhttpSettings};
 use crate::session::{ConnInfo, Endpoint};
-use crate::transport::{BoxStream, Stream};
+use crate::transport::grpc::{CONN_WINDOW, STREAM_WINDOW};
+use crate::transport::{upgrade, BoxStream, Stream};
 
 /// A session whose GET has not come within this long is dropped (Xray's fixed 30 s).
 pub const REAP_AFTER: Duration = Duration::from_secs(30);
 /// Bytes of downlink a connection buffers before its writes wait for HTTP.
 const DOWN_BUFFER: usize = 256 * 1024;
-/// HTTP/2 windows, as the gRPC transport's.
-const STREAM_WINDOW: u32 = 4 << 20;
-const CONN_WINDOW: u32 = 16 << 20;
 
 /// The sessions of one inbound.
 #[derive(Default)]
@@ -101,11 +99,9 @@ struct Upload {
     heap: BTreeMap<u64, Bytes>,
     next: u64,
     /// The stream-up body, once its POST came.
-    stream: Option<Incoming>,
+    stream: Option<BodyReader>,
     /// A stream-up POST came (a second is refused).
     streamed: bool,
-    /// The rest of a stream-up frame not yet read.
-    pending: Bytes,
     closed: bool,
     /// The proxied connection's read, waiting for bytes.
     reader: Option<Waker>,
@@ -172,7 +168,7 @@ impl Session {
             return false;
         }
         u.streamed = true;
-        u.stream = Some(body);
+        u.stream = Some(BodyReader::new(body));
         if let Some(w) = u.reader.take() {
             w.wake();
         }
@@ -182,54 +178,40 @@ impl Session {
     /// The uplink as the proxied connection reads it.
     fn poll_read(&self, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let mut u = self.lock();
-        loop {
-            if !u.pending.is_empty() {
-                let n = u.pending.len().min(out.remaining());
-                out.put_slice(&u.pending[..n]);
-                u.pending.advance(n);
-                return Poll::Ready(Ok(()));
-            }
-            if let Some(body) = u.stream.as_mut() {
-                match Pin::new(body).poll_frame(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(None) => {
-                        u.stream = None;
-                        u.closed = true;
-                        return Poll::Ready(Ok(()));
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        u.stream = None;
-                        return Poll::Ready(Err(io::Error::other(format!("XHTTP stream-up: {e}"))));
-                    }
-                    Poll::Ready(Some(Ok(f))) => {
-                        if let Ok(d) = f.into_data() {
-                            u.pending = d;
-                        }
-                        continue;
-                    }
+        if let Some(body) = u.stream.as_mut() {
+            return match std::task::ready!(body.poll_read(cx, out)) {
+                Ok(true) => Poll::Ready(Ok(())),
+                Ok(false) => {
+                    u.stream = None;
+                    u.closed = true;
+                    Poll::Ready(Ok(()))
                 }
-            }
-            let next = u.next;
-            if let Some(mut entry) = u.heap.first_entry() {
-                if *entry.key() == next {
-                    let d = entry.get_mut();
-                    let n = d.len().min(out.remaining());
-                    out.put_slice(&d[..n]);
-                    d.advance(n);
-                    if d.is_empty() {
-                        entry.remove();
-                        u.next += 1;
-                        wake_others(&mut u);
-                    }
-                    return Poll::Ready(Ok(()));
+                Err(e) => {
+                    u.stream = None;
+                    Poll::Ready(Err(io::Error::other(format!("XHTTP stream-up: {e}"))))
                 }
-            }
-            if u.closed {
-                return Poll::Ready(Ok(()));
-            }
-            u.reader = Some(cx.waker().clone());
-            return Poll::Pending;
+            };
         }
+        let next = u.next;
+        if let Some(mut entry) = u.heap.first_entry() {
+            if *entry.key() == next {
+                let d = entry.get_mut();
+                let n = d.len().min(out.remaining());
+                out.put_slice(&d[..n]);
+                d.advance(n);
+                if d.is_empty() {
+                    entry.remove();
+                    u.next += 1;
+                    wake_others(&mut u);
+                }
+                return Poll::Ready(Ok(()));
+            }
+        }
+        if u.closed {
+            return Poll::Ready(Ok(()));
+        }
+        u.reader = Some(cx.waker().clone());
+        Poll::Pending
     }
 }
 
@@ -257,7 +239,7 @@ enum Uplink {
         sessions: Arc<Sessions>,
     },
     /// stream-one: the POST's own body.
-    Body { body: Incoming, pending: Bytes },
+    Body(BodyReader),
 }
 
 /// One proxied connection: uplink from the session (or the request body), downlink into the
@@ -297,25 +279,10 @@ impl AsyncRead for ServerConn {
         }
         match &mut me.up {
             Uplink::Session { session, .. } => session.poll_read(cx, out),
-            Uplink::Body { body, pending } => loop {
-                if !pending.is_empty() {
-                    let n = pending.len().min(out.remaining());
-                    out.put_slice(&pending[..n]);
-                    pending.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
-                    None => return Poll::Ready(Ok(())),
-                    Some(Err(e)) => {
-                        return Poll::Ready(Err(io::Error::other(format!("XHTTP stream-one: {e}"))))
-                    }
-                    Some(Ok(f)) => {
-                        if let Ok(d) = f.into_data() {
-                            *pending = d;
-                        }
-                    }
-                }
-            },
+            Uplink::Body(body) => body.poll_read(cx, out).map(|r| {
+                r.map(|_| ())
+                    .map_err(|e| io::Error::other(format!("XHTTP stream-one: {e}")))
+            }),
         }
     }
 }
@@ -587,10 +554,7 @@ impl Handler {
             }
             Leg::StreamOne => {
                 let info = self.info_for(&req);
-                let up = Uplink::Body {
-                    body: req.into_body(),
-                    pending: Bytes::new(),
-                };
+                let up = Uplink::Body(BodyReader::new(req.into_body()));
                 self.down(up, info, h)
             }
         }
@@ -601,18 +565,7 @@ impl Handler {
     fn info_for(&self, req: &Request<Incoming>) -> ConnInfo {
         let mut info = self.info.clone();
         info.path = Some(req.uri().path().into());
-        let xff = req
-            .headers()
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.trim().parse::<std::net::IpAddr>().ok());
-        let trusted = self.trusted_xff.is_empty()
-            || self
-                .trusted_xff
-                .iter()
-                .any(|t| req.headers().contains_key(t.as_str()));
-        if let (Some(ip), true) = (xff, trusted) {
+        if let Some(ip) = upgrade::forwarded_for_map(req.headers(), &self.trusted_xff) {
             info.source = Endpoint::Ip(std::net::SocketAddr::new(ip, 0));
         }
         info
