@@ -445,10 +445,11 @@ fn chain_pinned(proto: Proto, client: Imp, server: Imp, pin: Pin) -> Chain {
         TrojanGfw | TrojanGo => {
             assert_eq!(proto, Trojan, "{client:?} speaks only Trojan");
             let cfg = trojan_client(e.tcp_entry, server_port, &c);
-            (
-                Entry::Socks(e.tcp_entry),
-                spawn_peer(client, &cfg, &[e.tcp_entry]),
-            )
+            let p = spawn_peer(client, &cfg, &[e.tcp_entry]);
+            if client == TrojanGo {
+                socks_ready(e.tcp_entry, &p);
+            }
+            (Entry::Socks(e.tcp_entry), p)
         }
     };
     Chain {
@@ -499,6 +500,30 @@ fn socks_request(port: u16, cmd: u8, addr: SocketAddr) -> (TcpStream, SocketAddr
     s.write_all(&req).unwrap();
     let bound = socks_reply(&mut s);
     (s, bound)
+}
+
+/// Waits until a SOCKS5 greeting on `port` is answered. trojan-go's client listens before its
+/// SOCKS side is ready: until that side first asks its adapter for a connection, the adapter
+/// hands every connection, SOCKS5 or not, to the HTTP proxy, which waits for a request line
+/// that never comes (seen once in CI: no method reply within 10 s). A probe that goes there is
+/// dropped and the next one tried.
+fn socks_ready(port: u16, p: &Proc) {
+    let t = std::time::Instant::now();
+    loop {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut m = [0u8; 2];
+        if s.write_all(&[5, 1, 0]).is_ok() && s.read_exact(&mut m).is_ok() {
+            assert_eq!(m, [5, 0], "SOCKS5 method");
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "SOCKS5 on port {port} never answered\n{}",
+            p.output()
+        );
+    }
 }
 
 /// A TCP connection through the chain's entry to its echo target.
