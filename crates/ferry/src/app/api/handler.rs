@@ -221,9 +221,11 @@ async fn alter_inbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
                     user.email
                 )));
             }
-            um.add_user(&json)
+            let added = um
+                .add_user(&json)
                 .map_err(|e| unknown(format!("{pkg}: failed to add user > {}", e.msg)))?;
-            if !user.email.is_empty() {
+            // A SOCKS/HTTP account's email is its user name, whatever the request carried.
+            if !added.email.is_empty() {
                 let method = ib
                     .json
                     .get("settings")
@@ -231,7 +233,7 @@ async fn alter_inbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
                     .and_then(Value::as_str)
                     .map(str::to_string);
                 let stored = decode::user_from_json(&ib.protocol, &json, method.as_deref());
-                accounts(&mut st, &ib).insert(user.email.to_lowercase(), stored);
+                accounts(&mut st, &ib).insert(added.email.to_lowercase(), stored);
             }
             tracing::info!("api: user {:?} added to {:?}", user.email, r.tag);
         }

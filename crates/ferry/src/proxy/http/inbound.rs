@@ -1,6 +1,7 @@
 //! The `http` inbound (and the HTTP half of `socks`/`mixed`).
 
 use std::io;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -9,15 +10,14 @@ use tokio::time::{timeout_at, Instant};
 use super::codec::{self, Error as CodecError, Target};
 use crate::common::{Destination, Network};
 use crate::proxy::head::HeadReader;
-use crate::proxy::socks::Accounts;
-use crate::proxy::{Accepted, InboundCtx, InboundHandler, User};
+use crate::proxy::socks::accounts::AccountBook;
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
 use crate::transport::{BoxStream, Prefixed};
 
 /// Settings of an HTTP proxy inbound.
-#[derive(Clone, Debug, Default)]
 pub struct HttpConfig {
-    /// Basic-auth accounts; empty = no authentication.
-    pub accounts: Accounts,
+    /// Basic-auth accounts (asked for while `required()`).
+    pub accounts: Arc<AccountBook>,
     /// Serve origin-form requests (routed by `Host`) too.
     pub allow_transparent: bool,
     pub level: u32,
@@ -26,8 +26,6 @@ pub struct HttpConfig {
 /// An HTTP proxy inbound.
 pub struct HttpInbound {
     cfg: HttpConfig,
-    /// Each account's session user, counters resolved.
-    users: std::collections::HashMap<String, User>,
 }
 
 /// What a request head asks for, once it was checked.
@@ -43,9 +41,8 @@ fn invalid(msg: impl Into<String>) -> io::Error {
 }
 
 impl HttpInbound {
-    pub fn new(cfg: HttpConfig, counters: &crate::registry::CounterSource) -> Self {
-        let users = crate::proxy::socks::account_users(&cfg.accounts, cfg.level, counters);
-        HttpInbound { cfg, users }
+    pub fn new(cfg: HttpConfig) -> Self {
+        HttpInbound { cfg }
     }
 
     /// Reads one request whose first bytes may already be in `r`: the session and the stream
@@ -95,16 +92,15 @@ impl HttpInbound {
             }
         };
         let mut user = (self.cfg.level != 0).then(|| User::new("", self.cfg.level));
-        if !self.cfg.accounts.is_empty() {
+        if self.cfg.accounts.required() {
             let creds = req
                 .header("Proxy-Authorization")
                 .and_then(codec::parse_basic);
-            let name = creds.and_then(|(u, p)| {
+            let known = creds.and_then(|(u, p)| {
                 let u = String::from_utf8(u).ok()?;
-                let ok = self.cfg.accounts.get(&u)?.as_bytes() == p.as_slice();
-                ok.then_some(u)
+                self.cfg.accounts.check(&u, &p)
             });
-            let Some(name) = name else {
+            let Some(known) = known else {
                 let _ = r.write_all(codec::RESP_407).await;
                 ctx.dispatcher
                     .access
@@ -114,12 +110,7 @@ impl HttpInbound {
                     "http: missing or wrong proxy credentials",
                 ));
             };
-            user = Some(
-                self.users
-                    .get(&name)
-                    .cloned()
-                    .unwrap_or_else(|| User::new(name.as_str(), self.cfg.level)),
-            );
+            user = Some(known);
         }
         match codec::target(&req, self.cfg.allow_transparent) {
             Ok(Target::Connect(dest)) => {
@@ -155,5 +146,9 @@ impl InboundHandler for HttpInbound {
         let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
         let r = HeadReader::new(stream, codec::MAX_HEAD + 1);
         self.serve(r, ctx, deadline).await
+    }
+
+    fn users(&self) -> Option<&dyn UserManager> {
+        Some(&*self.cfg.accounts)
     }
 }

@@ -16,14 +16,14 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
     let allow_transparent = o.bool("allowTransparent")?.unwrap_or(false);
     let level = user_level(o)?;
     o.ignore(&["timeout"]);
-    Ok(Arc::new(inbound::HttpInbound::new(
-        inbound::HttpConfig {
-            accounts,
-            allow_transparent,
-            level,
-        },
-        b.counters,
-    )))
+    let required = !accounts.is_empty();
+    let accounts =
+        super::socks::accounts::AccountBook::new(Some(&accounts), required, level, b.counters);
+    Ok(Arc::new(inbound::HttpInbound::new(inbound::HttpConfig {
+        accounts: Arc::new(accounts),
+        allow_transparent,
+        level,
+    })))
 }
 
 pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {

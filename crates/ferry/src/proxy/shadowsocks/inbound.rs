@@ -172,7 +172,13 @@ impl Inbound {
     async fn handshake_2022(&self, s: &mut BoxStream) -> std::result::Result<Handshake, Error> {
         let m = self.cfg.method;
         let sl = m.salt_len();
-        let eih = if self.cfg.ipsk.is_some() { 16 } else { 0 };
+        let users = self.users.load();
+        // A 2022 inbound configured with `"clients": []` and no user yet takes the server key.
+        let ipsk = match (&self.cfg.ipsk, &self.cfg.key_while_empty) {
+            (Some(_), Some(_)) if users.is_empty() => None,
+            (k, _) => k.as_ref(),
+        };
+        let eih = if ipsk.is_some() { 16 } else { 0 };
         let fixed_sealed = ss2022::FIXED_LEN + 16;
         let mut head = vec![0u8; sl + eih + fixed_sealed];
         // As shadowsocks-rust: the salt and the fixed header must come in the first read.
@@ -184,8 +190,7 @@ impl Inbound {
             return Err(Error::ShortHeader(n, head.len()));
         }
         let (salt, rest) = head.split_at_mut(sl);
-        let users = self.users.load();
-        let acct = match &self.cfg.ipsk {
+        let acct = match ipsk {
             Some(ipsk) => {
                 let h = ss2022::eih_tcp_open(ipsk, salt, &rest[..16]).ok_or(Error::Auth)?;
                 users
@@ -193,7 +198,10 @@ impl Inbound {
                     .find(|u| u.hash == h)
                     .ok_or(Error::UnknownUser)?
             }
-            None => users.first().ok_or(Error::UnknownUser)?,
+            None => users
+                .first()
+                .or(self.cfg.key_while_empty.as_ref())
+                .ok_or(Error::UnknownUser)?,
         };
         let alg = AeadAlg::of(m).ok_or(Error::Auth)?;
         let cipher =

@@ -67,6 +67,10 @@ pub struct ServerConfig {
     pub ota: Option<bool>,
     /// Multi-user AEAD: the server-level `method`, taken by users that name none.
     pub default_method: Option<Method>,
+    /// 2022 configured with `"clients": []`: while it has no user, the server key alone is
+    /// served (what Xray makes of this config: a single-key inbound); once users are added
+    /// through the management interface, identity headers choose them.
+    pub key_while_empty: Option<Account>,
 }
 
 fn parse_method(o: &Obj<'_>, key: &str) -> Result<Option<Method>> {
@@ -139,19 +143,32 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
         let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
         let psk = key_for(o, m, &pw)?;
         if clients.is_empty() {
-            let hash = cipher::psk_hash16(&psk);
+            let single = Account {
+                method: m,
+                hash: cipher::psk_hash16(&psk),
+                key: psk.clone(),
+                user: top_user,
+            };
+            // `"clients": []`: a panel adds the users later (identity headers need AES).
+            if has_clients && m != Method::Blake3Chacha20Poly1305 {
+                return Ok(ServerConfig {
+                    method: m,
+                    ipsk: Some(psk),
+                    users: Vec::new(),
+                    networks,
+                    ota: None,
+                    default_method: None,
+                    key_while_empty: Some(single),
+                });
+            }
             return Ok(ServerConfig {
                 method: m,
                 ipsk: None,
-                users: vec![Account {
-                    method: m,
-                    key: psk,
-                    user: top_user,
-                    hash,
-                }],
+                users: vec![single],
                 networks,
                 ota: None,
                 default_method: None,
+                key_while_empty: None,
             });
         }
         if m == Method::Blake3Chacha20Poly1305 {
@@ -195,6 +212,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
             networks,
             ota: None,
             default_method: None,
+            key_while_empty: None,
         });
     }
     let mut users = Vec::new();
@@ -273,6 +291,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
         networks,
         ota,
         default_method: default_method.filter(|_| has_clients),
+        key_while_empty: None,
     })
 }
 
@@ -285,7 +304,7 @@ pub fn parse_added_user(c: &Obj<'_>, cfg: &ServerConfig, now: &[Account]) -> Res
         if cfg.ipsk.is_none() {
             return Err(ConfigError::new(
                 c.path(),
-                "this 2022 inbound has a single key; configure it with clients to add users",
+                "this 2022 inbound has a single key; configure it with \"clients\": [] to add users",
             ));
         }
         if let Some(m) = parse_method(c, "method")?.filter(|m| *m != cfg.method) {

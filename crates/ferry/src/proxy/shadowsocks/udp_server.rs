@@ -88,7 +88,7 @@ impl<'a> UdpServer<'a> {
     /// Authenticates and decodes one client packet: target, payload, user, and how to reply.
     /// `scratch` is reused across packets (multi-user key trial decrypts into it).
     fn decode_udp<'u>(
-        &self,
+        &'u self,
         pkt: &mut [u8],
         from: SocketAddr,
         scratch: &mut Vec<u8>,
@@ -120,14 +120,19 @@ impl<'a> UdpServer<'a> {
             }
             return Err(Error::Auth);
         }
-        let users: Vec<(&[u8], [u8; 16])> = match &self.cfg.ipsk {
+        // A 2022 inbound configured with `"clients": []` and no user yet takes the server key.
+        let (all, ipsk) = match (&self.cfg.ipsk, &self.cfg.key_while_empty) {
+            (Some(_), Some(k)) if all.is_empty() => (std::slice::from_ref(k), None),
+            (k, _) => (all, k.as_deref()),
+        };
+        let users: Vec<(&[u8], [u8; 16])> = match ipsk {
             Some(_) => all.iter().map(|u| (u.key.as_slice(), u.hash)).collect(),
             None => Vec::new(),
         };
         let first = all.first().ok_or(Error::UnknownUser)?;
         let r = udp::Receiver2022 {
             method: self.cfg.method,
-            header_key: self.cfg.ipsk.as_deref().unwrap_or(&first.key),
+            header_key: ipsk.unwrap_or(&first.key),
             users: &users,
             key: &first.key,
             from_server: false,

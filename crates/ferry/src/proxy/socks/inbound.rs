@@ -2,6 +2,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::BytesMut;
@@ -9,6 +10,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UdpSocket;
 use tokio::time::{timeout_at, Instant};
 
+use super::accounts::AccountBook;
 use super::codec::{self, Error as CodecError};
 use super::read_msg;
 use super::InboundConfig;
@@ -16,47 +18,41 @@ use crate::common::addr::AddrError;
 use crate::common::{Address, Destination, Network};
 use crate::proxy::head::HeadReader;
 use crate::proxy::http::inbound::{HttpConfig, HttpInbound};
-use crate::proxy::{Accepted, InboundCtx, InboundHandler, PacketConn, User};
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, PacketConn, User, UserManager};
 use crate::transport::BoxStream;
 
 /// Serves SOCKS5, SOCKS4/4a and (like Xray's socks inbound) HTTP proxy requests on one port.
 pub struct SocksInbound {
     cfg: InboundConfig,
     http: HttpInbound,
-    /// Each account's session user, counters resolved.
-    users: std::collections::HashMap<String, User>,
+    /// Shared with the HTTP half.
+    accounts: Arc<AccountBook>,
 }
 
 impl SocksInbound {
     pub fn new(cfg: InboundConfig, counters: &crate::registry::CounterSource) -> Self {
-        let http = HttpInbound::new(
-            HttpConfig {
-                accounts: cfg.accounts.clone().unwrap_or_default(),
-                allow_transparent: false,
-                level: cfg.level,
-            },
+        let accounts = Arc::new(AccountBook::new(
+            cfg.accounts.as_ref(),
+            cfg.accounts.is_some(),
+            cfg.level,
             counters,
-        );
-        let users = match &cfg.accounts {
-            Some(a) => super::account_users(a, cfg.level, counters),
-            None => Default::default(),
-        };
-        SocksInbound { cfg, http, users }
+        ));
+        let http = HttpInbound::new(HttpConfig {
+            accounts: accounts.clone(),
+            allow_transparent: false,
+            level: cfg.level,
+        });
+        SocksInbound {
+            cfg,
+            http,
+            accounts,
+        }
     }
 
-    /// The user a connection runs as: the authenticated one, or an anonymous one carrying
-    /// `userLevel` so the level's policy applies.
-    fn user(&self, name: Option<&str>) -> Option<User> {
-        match name {
-            Some(n) => Some(
-                self.users
-                    .get(n)
-                    .cloned()
-                    .unwrap_or_else(|| User::new(n, self.cfg.level)),
-            ),
-            None if self.cfg.level != 0 => Some(User::new("", self.cfg.level)),
-            None => None,
-        }
+    /// The user of an unauthenticated connection: an anonymous one carrying `userLevel` so
+    /// the level's policy applies.
+    fn anonymous(&self) -> Option<User> {
+        (self.cfg.level != 0).then(|| User::new("", self.cfg.level))
     }
 }
 
@@ -111,6 +107,10 @@ impl InboundHandler for SocksInbound {
             Ok(Ok(Next::Udp(client, user))) => self.udp_associate(r, client, user, ctx).await,
         }
     }
+
+    fn users(&self) -> Option<&dyn UserManager> {
+        Some(&*self.accounts)
+    }
 }
 
 impl SocksInbound {
@@ -133,8 +133,8 @@ impl SocksInbound {
             )));
         }
         r.write_all(&[codec::VER5, want]).await?;
-        let mut user = self.user(None);
-        if let Some(accounts) = &self.cfg.accounts {
+        let mut user = self.anonymous();
+        if self.cfg.accounts.is_some() {
             let (name, pass) = read_msg(
                 r,
                 |b| {
@@ -145,10 +145,7 @@ impl SocksInbound {
             )
             .await?;
             let name = String::from_utf8_lossy(&name).into_owned();
-            let ok = accounts
-                .get(&name)
-                .is_some_and(|p| p.as_bytes() == pass.as_slice());
-            if !ok {
+            let Some(known) = self.accounts.check(&name, &pass) else {
                 r.write_all(&[1, 0xff]).await?;
                 ctx.dispatcher
                     .access
@@ -157,9 +154,9 @@ impl SocksInbound {
                     io::ErrorKind::PermissionDenied,
                     format!("socks5: wrong username or password for {name:?}"),
                 ));
-            }
+            };
             r.write_all(&[1, 0]).await?;
-            user = self.user(Some(&name));
+            user = Some(known);
         }
         let req = loop {
             match codec::parse_request(&r.buf) {
@@ -220,7 +217,7 @@ impl SocksInbound {
         }
         r.write_all(&codec::socks4_reply(codec::SOCKS4_GRANTED))
             .await?;
-        Ok(Next::Connect(req.dest, self.user(None)))
+        Ok(Next::Connect(req.dest, self.anonymous()))
     }
 
     /// Opens one UDP association: binds its relay socket, answers, and hands the datagrams

@@ -2,6 +2,7 @@
 //! and HTTP proxy requests on the same port (told apart by the first byte). Outbound: SOCKS5
 //! CONNECT and UDP ASSOCIATE through a server.
 
+pub mod accounts;
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
@@ -29,19 +30,6 @@ async fn read_msg<T>(
 /// `user` -> `pass` of an inbound's `accounts` (alias `users`).
 pub type Accounts = HashMap<String, String>;
 
-/// The session user of each account, with its counters resolved once (the user name is the
-/// email the counters are named after, as in Xray).
-pub fn account_users(
-    accounts: &Accounts,
-    level: u32,
-    counters: &crate::registry::CounterSource,
-) -> HashMap<String, crate::session::User> {
-    accounts
-        .keys()
-        .map(|name| (name.clone(), counters.user(name, level)))
-        .collect()
-}
-
 /// Reads `accounts` (alias `users`): `[{"user": "u", "pass": "p"}]`.
 pub fn parse_accounts(o: &Obj<'_>) -> Result<Accounts> {
     let mut accounts = Accounts::new();
@@ -64,7 +52,8 @@ pub fn parse_accounts(o: &Obj<'_>) -> Result<Accounts> {
 /// Settings of a `socks` inbound.
 #[derive(Clone, Debug, Default)]
 pub struct InboundConfig {
-    /// `Some` when `auth` is `"password"`.
+    /// `Some` when `auth` is `"password"` (possibly empty: accounts come through the
+    /// management interface later).
     pub accounts: Option<Accounts>,
     pub udp: bool,
     /// `ip`: the address put into UDP ASSOCIATE replies (default: the connection's local IP).
@@ -85,15 +74,8 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
             }
             None
         }
-        "password" => {
-            if accounts.is_empty() {
-                return Err(ConfigError::new(
-                    o.key_path("accounts"),
-                    "auth \"password\" needs at least one account",
-                ));
-            }
-            Some(accounts)
-        }
+        // No account yet is fine (Xray too): nobody gets in until one is added.
+        "password" => Some(accounts),
         other => {
             return Err(ConfigError::new(
                 o.key_path("auth"),
@@ -237,10 +219,9 @@ mod tests {
         assert!(
             inbound(json!({"auth": "password", "users": [{"user": "a", "pass": "b"}]})).is_ok()
         );
-        assert_eq!(
-            inbound(json!({"auth": "password"})).unwrap_err().path,
-            "inbounds[0].settings.accounts"
-        );
+        // No account yet (as Xray accepts): nobody gets in until one is added.
+        assert!(inbound(json!({"auth": "password"})).is_ok());
+        assert!(inbound(json!({"auth": "password", "accounts": []})).is_ok());
         assert_eq!(
             inbound(json!({"auth": "gssapi"})).unwrap_err().path,
             "inbounds[0].settings.auth"

@@ -40,6 +40,9 @@ pub fn user_pkg(protocol: &str) -> &'static str {
         "vless" => "proxy/vless",
         "vmess" => "proxy/vmess/inbound",
         "trojan" => "proxy/trojan",
+        "socks" | "mixed" => "proxy/socks",
+        "http" => "proxy/http",
+        "shadowsocksr" | "ssr" => "proxy/shadowsocksr",
         _ => "proxy/shadowsocks",
     }
 }
@@ -54,6 +57,7 @@ pub(super) const KNOWN_ACCOUNTS: &[&str] = &[
     "xray.proxy.http.Account",
     "xray.proxy.hysteria.account.Account",
     "xray.proxy.wireguard.PeerConfig",
+    "ferry.proxy.shadowsocksr.Account",
 ];
 
 /// A Shadowsocks `CipherType` as Ferry's method name.
@@ -159,11 +163,35 @@ pub fn user_to_json(protocol: &str, u: &pb::User) -> Result<Value, Error> {
             let a: pb::Ss2022Account = parse(&acc.value)?;
             o.insert("password".into(), json!(a.key));
         }
+        // Xray answers "proxy is not a UserManager" for these inbounds; Ferry manages their
+        // accounts too (proxy/socks/accounts.rs). The email is the user name.
+        "xray.proxy.socks.Account" if p == "socks" || p == "mixed" => {
+            let a: pb::PasswordAccount = parse(&acc.value)?;
+            return Ok(password_account(a, u));
+        }
+        "xray.proxy.http.Account" if p == "http" => {
+            let a: pb::PasswordAccount = parse(&acc.value)?;
+            return Ok(password_account(a, u));
+        }
+        "ferry.proxy.shadowsocksr.Account" if p == "shadowsocksr" || p == "ssr" => {
+            let a: pb::SsrAccount = parse(&acc.value)?;
+            o.insert("uid".into(), json!(a.uid));
+            o.insert("password".into(), json!(a.password));
+        }
         _ => return Err(wrong()),
     }
     o.insert("email".into(), json!(u.email));
     o.insert("level".into(), json!(u.level));
     Ok(Value::Object(o))
+}
+
+/// A SOCKS or HTTP account as its JSON object in `accounts`.
+fn password_account(a: pb::PasswordAccount, u: &pb::User) -> Value {
+    let mut o = json!({"user": a.username, "pass": a.password, "level": u.level});
+    if !u.email.is_empty() {
+        o["email"] = json!(u.email);
+    }
+    o
 }
 
 /// A JSON client object of an inbound of `protocol` as the protobuf user panels read back
@@ -215,6 +243,29 @@ pub fn user_from_json(protocol: &str, c: &Value, method: Option<&str>) -> pb::Us
                     },
                 ))
             }
+        }
+        "shadowsocksr" | "ssr" => Some(pb::TypedMessage::of(
+            "ferry.proxy.shadowsocksr.Account",
+            &pb::SsrAccount {
+                uid: c.get("uid").and_then(Value::as_u64).unwrap_or(0) as u32,
+                password: s("password"),
+            },
+        )),
+        "socks" | "mixed" | "http" => {
+            let ty = if p == "http" {
+                "xray.proxy.http.Account"
+            } else {
+                "xray.proxy.socks.Account"
+            };
+            let a = pb::PasswordAccount {
+                username: s("user"),
+                password: s("pass"),
+            };
+            return pb::User {
+                level: c.get("level").and_then(Value::as_u64).unwrap_or(0) as u32,
+                email: s("user"),
+                account: Some(pb::TypedMessage::of(ty, &a)),
+            };
         }
         _ => None,
     };

@@ -473,6 +473,15 @@ pub struct PasswordAccount {
     pub password: String,
 }
 
+/// `ferry.proxy.shadowsocksr.Account` (Ferry's own message, `proto/ferry/`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SsrAccount {
+    #[prost(uint32, tag = "1")]
+    pub uid: u32,
+    #[prost(string, tag = "2")]
+    pub password: String,
+}
+
 /// `xray.proxy.freedom.Config` (the fields Ferry maps).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct FreedomConfig {
