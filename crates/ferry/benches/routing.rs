@@ -1,9 +1,10 @@
 //! Routing decisions per second with real geodata (no harness): a realistic rule list
 //! (private IPs, ads, one country's sites and IPs, a proxy list with regexes, ports, sources)
 //! built from the v2fly files, then a mix of domain and IP destinations routed in a loop.
-//! Also prints the tables' build time. Needs FERRY_GEO_DIR (a folder with geoip.dat and
-//! geosite.dat; scripts/bench_geodata.sh fetches them). Run with
-//! `FERRY_GEO_DIR=DIR cargo bench -p ferry --bench routing`.
+//! Also prints the tables' build time and each destination's outbound tag. Needs FERRY_GEO_DIR (a
+//! folder with geoip.dat and geosite.dat; scripts/bench_geodata.py fetches them). Run with
+//! `FERRY_GEO_DIR=DIR cargo bench -p ferry --bench routing`. scripts/bench_xray_router is the
+//! same benchmark around Xray's router.
 
 use std::time::{Duration, Instant};
 
@@ -47,7 +48,7 @@ fn main() {
         "223.5.5.5:53",
         "news.ycombinator.com:443",
         "x.y.z.unknown-domain.org:8443",
-        "2001:4860:4860::8888:443",
+        "[2001:4860:4860::8888]:443",
         "doubleclick.net:443",
         "t.co:443",
     ];
@@ -68,6 +69,14 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
+        // Each destination's outbound tag, in the form scripts/bench_xray_router prints Xray's,
+        // so the two can be diffed ("-": no rule matched, the default outbound).
+        for (d, s) in dests.iter().zip(&sessions) {
+            let tag = r.route(s).await.map_or("-", |rule| {
+                rule.balancer.as_deref().unwrap_or(rule.outbound.as_str())
+            });
+            println!("decision {d} {tag}");
+        }
         let (mut n, t) = (0u64, Instant::now());
         let mut hits = 0usize;
         while t.elapsed() < Duration::from_secs(3) {
