@@ -424,6 +424,12 @@ async fn every_user_bearing_inbound_starts_empty_and_serves_users_added_through_
 
 /// A raw HTTP proxy request through `port`: the status line's code.
 async fn http_status(port: u16, target: SocketAddr, creds: Option<&str>) -> u16 {
+    http_connect(port, target, creds).await.0
+}
+
+/// A CONNECT through `port` with these credentials: the status code, and on 200 whether
+/// 256 KiB went through the tunnel to the echo target and back byte-exact.
+async fn http_connect(port: u16, target: SocketAddr, creds: Option<&str>) -> (u16, bool) {
     use base64::Engine;
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let auth = creds.map_or(String::new(), |c| {
@@ -439,7 +445,29 @@ async fn http_status(port: u16, target: SocketAddr, creds: Option<&str>) -> u16 
         .await
         .expect("an answer")
         .unwrap();
-    std::str::from_utf8(&b[9..12]).unwrap().parse().unwrap()
+    let code: u16 = std::str::from_utf8(&b[9..12]).unwrap().parse().unwrap();
+    if code != 200 {
+        return (code, false);
+    }
+    // The rest of the answer's head ("Connection established\r\n\r\n").
+    let mut end = [0u8; 4];
+    while &end != b"\r\n\r\n" {
+        let mut c = [0u8; 1];
+        s.read_exact(&mut c).await.unwrap();
+        end.rotate_left(1);
+        end[3] = c[0];
+    }
+    let d = pattern(256 << 10, 4);
+    let (mut r, mut w) = s.into_split();
+    let d2 = d.clone();
+    let writer = tokio::spawn(async move { w.write_all(&d2).await });
+    let mut got = vec![0u8; d.len()];
+    let ok = matches!(
+        tokio::time::timeout(Duration::from_secs(10), r.read_exact(&mut got)).await,
+        Ok(Ok(_))
+    );
+    let _ = writer.await;
+    (code, ok && got == d)
 }
 
 /// An `http` inbound with no accounts is an open proxy, as in Xray; once an account is added
@@ -474,9 +502,9 @@ async fn http_accounts_through_the_api() {
     add_user(api, "h", "", "xray.proxy.http.Account", acc("hu", "hp")).await;
     assert_eq!(http_status(hport, echo, None).await, 407);
     assert_eq!(http_status(hport, echo, Some("hu:wrong")).await, 407);
-    assert_eq!(http_status(hport, echo, Some("hu:hp")).await, 200);
+    assert_eq!(http_connect(hport, echo, Some("hu:hp")).await, (200, true));
     add_user(api, "m", "mu", "xray.proxy.socks.Account", acc("mu", "mp")).await;
-    assert_eq!(http_status(mport, echo, Some("mu:mp")).await, 200);
+    assert_eq!(http_connect(mport, echo, Some("mu:mp")).await, (200, true));
 
     // The account of another protocol, an email that is not the user name: refused.
     let e = alter(

@@ -254,6 +254,17 @@ impl<'a> Obj<'a> {
             .collect()
     }
 
+    /// The user objects of an inbound (`clients`/`users`), with the bookkeeping fields panels
+    /// keep on them taken silently (Xray ignores them; 3x-ui v2.x wrote them into the core's
+    /// config: `limitIp`, `totalGB`, `expiryTime`, `enable`, `tgId`, `subId`, …).
+    pub fn client_objs(&self, names: &[&str]) -> Result<Vec<Obj<'a>>> {
+        let objs = self.objs(names)?;
+        for o in &objs {
+            o.ignore(PANEL_CLIENT_FIELDS);
+        }
+        Ok(objs)
+    }
+
     /// Reports every key that no reader asked for as a warning.
     pub fn finish(self) {
         let used = self.used.borrow();
@@ -264,6 +275,25 @@ impl<'a> Obj<'a> {
         }
     }
 }
+
+/// What panels keep on a user object for themselves (3x-ui's client model).
+const PANEL_CLIENT_FIELDS: &[&str] = &[
+    "limitIp",
+    "totalGB",
+    "expiryTime",
+    "enable",
+    "tgId",
+    "subId",
+    "group",
+    "comment",
+    "reset",
+    "resetDay",
+    "resetMax",
+    "trafficReset",
+    "trafficResetDay",
+    "created_at",
+    "updated_at",
+];
 
 pub fn as_str<'v>(v: &'v Value, path: &str) -> Result<&'v str> {
     v.as_str()
@@ -343,6 +373,25 @@ mod tests {
         assert_eq!(
             d.take(),
             vec!["inbounds[0].extra: unknown field, ignored".to_string()]
+        );
+    }
+
+    #[test]
+    fn panel_bookkeeping_on_clients_is_taken_silently() {
+        let v = json!({"clients": [{"id": "x", "email": "a", "limitIp": 0, "totalGB": 0,
+                                    "expiryTime": 0, "enable": true, "tgId": "", "subId": "s",
+                                    "comment": "", "reset": 0, "typo": 1}]});
+        let d = Diagnostics::default();
+        let o = Obj::new(&v, "settings", &d).unwrap();
+        for c in o.client_objs(&["clients"]).unwrap() {
+            c.str("id").unwrap();
+            c.str("email").unwrap();
+            c.finish();
+        }
+        o.finish();
+        assert_eq!(
+            d.take(),
+            vec!["settings.clients[0].typo: unknown field, ignored".to_string()]
         );
     }
 

@@ -126,7 +126,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
     let method = parse_method(o, "method")?;
     let default_method = method;
     let password = o.str("password")?;
-    let clients = o.objs(&["clients", "users"])?;
+    let clients = o.client_objs(&["clients", "users"])?;
     // `"clients": []` (a panel adds the users later) is a multi-user inbound with no users yet.
     let has_clients = o.get_alias(&["clients", "users"]).is_some();
     o.ignore(&["ivCheck", "udp"]);

@@ -191,7 +191,7 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
     let email = o.str("email")?.unwrap_or_default();
     let level = o.u64("level")?.unwrap_or(0) as u32;
     let mut users = Vec::new();
-    for c in o.objs(&["users", "clients"])? {
+    for c in o.client_objs(&["users", "clients"])? {
         users.push(read_user(&c)?);
         c.finish();
     }

@@ -76,7 +76,7 @@ pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler
         None => (0, 0),
     };
     let mut accounts = Vec::new();
-    for c in o.objs(&["clients", "users"])? {
+    for c in o.client_objs(&["clients", "users"])? {
         let mut a = parse_client(c, def_level, def_alter, b.diag)?;
         a.traffic = b.counters.user(&a.email, a.level).traffic;
         accounts.push(a);
