@@ -250,6 +250,37 @@ fn packets_too_far_ahead_end_their_session() {
     good_client_served(&s);
 }
 
+/// Sessions that never GET, each holding as many packets as it may (30 of 1 MB): past the
+/// inbound's budget for such packets (128 MiB) the next packet ends its session, so they
+/// cannot hold 30 MB each without end; clients that GET are still served.
+#[test]
+fn sessions_without_a_get_share_a_bounded_buffer() {
+    let s = setup("");
+    let p = s.port;
+    let body = vec![7u8; 1_000_000];
+    let mut refused = None;
+    'sessions: for n in 0..8 {
+        let sid = format!("0b1ad2f4-54b1-4a6e-8d0e-3f0e8c1f2a{n:02}");
+        for seq in 0..30 {
+            let code = status(p, &req("POST", &format!("/xh/{sid}/{seq}"), 300, "", &body));
+            if code != 200 {
+                assert_eq!(code, 500, "session {n} packet {seq}");
+                refused = Some(n * 30 + seq);
+                break 'sessions;
+            }
+        }
+    }
+    let at = refused.expect("every packet of 8 sessions (240 MB) was held");
+    // 128 MiB of 1 MB packets: the 135th is refused.
+    assert_eq!(at, 134, "refused at packet {at}");
+    wait_log(
+        &s.server,
+        "the inbound's buffer for sessions without a GET is full",
+        Duration::from_secs(5),
+    );
+    good_client_served(&s);
+}
+
 #[test]
 fn a_session_whose_get_never_comes_is_reaped_after_30s() {
     let s = setup("");

@@ -12,7 +12,7 @@ use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -35,10 +35,19 @@ pub const REAP_AFTER: Duration = Duration::from_secs(30);
 /// Bytes of downlink a connection buffers before its writes wait for HTTP.
 const DOWN_BUFFER: usize = 256 * 1024;
 
+/// What all the sessions of one inbound whose GET has not come may hold in packets, together.
+/// Each may hold up to `scMaxBufferedPosts` × `scMaxEachPostBytes` (30 MB at the defaults) for
+/// 30 s, as in Xray, which has no cap across sessions: a client that opens sessions and never
+/// GETs them could hold that many times over. Past this, such a session's packet ends it
+/// (500). A real client's GET comes within a round trip, so its packets are rarely counted.
+pub const UNCLAIMED_BUDGET: usize = 128 << 20;
+
 /// The sessions of one inbound.
 #[derive(Default)]
 struct Sessions {
     map: Mutex<HashMap<String, Arc<Session>>>,
+    /// Bytes queued in sessions whose GET has not come (at most [`UNCLAIMED_BUDGET`]).
+    unclaimed: Arc<AtomicUsize>,
 }
 
 impl Sessions {
@@ -56,6 +65,7 @@ impl Sessions {
             up: Mutex::new(Upload::default()),
             connected: AtomicBool::new(false),
             max_buffered,
+            unclaimed: self.unclaimed.clone(),
         });
         map.insert(id.to_string(), s.clone());
         let open = map.len();
@@ -109,6 +119,8 @@ struct Upload {
     others: Vec<Waker>,
     /// The stream-up response, waiting for the end.
     end: Option<Waker>,
+    /// Bytes of `heap` counted in the inbound's unclaimed total (queued before the GET).
+    unclaimed: usize,
 }
 
 struct Session {
@@ -116,6 +128,8 @@ struct Session {
     /// The GET came: no reaping.
     connected: AtomicBool,
     max_buffered: usize,
+    /// The inbound's total of bytes queued before a GET ([`Sessions::unclaimed`]).
+    unclaimed: Arc<AtomicUsize>,
 }
 
 impl Session {
@@ -125,10 +139,28 @@ impl Session {
 
     fn close(&self) {
         let mut u = self.lock();
+        self.release(&mut u);
         u.closed = true;
         u.heap.clear();
         u.stream = None;
         wake(&mut u);
+    }
+
+    /// Takes this session's queued bytes out of the inbound's unclaimed total.
+    fn release(&self, u: &mut Upload) {
+        self.unclaimed.fetch_sub(u.unclaimed, Ordering::AcqRel);
+        u.unclaimed = 0;
+    }
+
+    /// The GET came: marks the session connected (false if it was already) and stops
+    /// counting its queued bytes as unclaimed.
+    fn claim(&self) -> bool {
+        let mut u = self.lock();
+        if self.connected.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.release(&mut u);
+        true
     }
 
     /// Queues packet `seq`, waiting while the reader is behind. An error ends the session.
@@ -152,6 +184,16 @@ impl Session {
                 return Poll::Pending;
             }
             let d = data.take().unwrap_or_default();
+            if !self.connected.load(Ordering::Acquire) {
+                let total = self.unclaimed.fetch_add(d.len(), Ordering::AcqRel) + d.len();
+                if total > UNCLAIMED_BUDGET {
+                    self.unclaimed.fetch_sub(d.len(), Ordering::AcqRel);
+                    return Poll::Ready(Err(
+                        "the inbound's buffer for sessions without a GET is full",
+                    ));
+                }
+                u.unclaimed += d.len();
+            }
             u.heap.insert(seq, d);
             if let Some(w) = u.reader.take() {
                 w.wake();
@@ -537,7 +579,7 @@ impl Handler {
             }
             Leg::StreamDown { session } => {
                 let sess = self.sessions.upsert(&session, s.max_buffered_posts);
-                if sess.connected.swap(true, Ordering::AcqRel) {
+                if !sess.claim() {
                     tracing::info!(
                         "XHTTP: a second GET for session {session} from {}",
                         self.info.source
