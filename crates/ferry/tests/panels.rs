@@ -2,9 +2,9 @@
 //! ships today (our own copy of it, ports made free), checked by `ferry test` and by Xray's
 //! `run -test` on the same file, then served by `ferry run`.
 //!
-//! Left out of the shapes, as the features they need land with their own issues: routing rules
-//! on geodata (`geoip:private` in `routing`, which needs geoip.dat) and on sniffing
-//! (`"protocol": ["bittorrent"]`).
+//! 3x-ui's default routes `geoip:private` and `"protocol": ["bittorrent"]` to its blackhole:
+//! both read a geoip.dat written by the test (XRAY_LOCATION_ASSET). Left out of the shapes, as
+//! the feature it needs lands with its own issue: Marzban's `dns` outbound.
 //!
 //! The REALITY inbounds the panels write (the default of most panel installs: VLESS + XTLS
 //! Vision + REALITY, also over gRPC, and Trojan + REALITY) are served too: an Xray v26.3.27
@@ -19,6 +19,7 @@
 //! mode and HTTP version meant.
 
 mod common;
+mod route_helpers;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -28,6 +29,11 @@ use std::time::{Duration, Instant};
 /// Writes `cfg` to a file and asserts that `ferry test` and `xray run -test` both accept it;
 /// returns what `ferry test` warned.
 fn both_accept(name: &str, cfg: &str) -> String {
+    both_accept_with(name, cfg, None)
+}
+
+/// [`both_accept`] with the geodata files in `assets` (XRAY_LOCATION_ASSET, for both).
+fn both_accept_with(name: &str, cfg: &str, assets: Option<&std::path::Path>) -> String {
     let dir = tempdir::Dir::new(name);
     let path = dir.path().join("config.json");
     std::fs::write(&path, cfg).unwrap();
@@ -41,11 +47,11 @@ fn both_accept(name: &str, cfg: &str) -> String {
         (peer("xray"), vec!["run", "-test", "-c", path]),
     ] {
         let ours = args[0] == "test";
-        let o = Command::new(&bin)
-            .args(&args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let mut cmd = Command::new(&bin);
+        if let Some(a) = assets {
+            cmd.env("XRAY_LOCATION_ASSET", a);
+        }
+        let o = cmd.args(&args).stdin(Stdio::null()).output().unwrap();
         assert!(
             o.status.success(),
             "{} refused the {name} config:\n{}{}\n{cfg}",
@@ -85,9 +91,12 @@ fn get(port: u16, path: &str) -> String {
 
 /// 3x-ui (internal/web/service/config.json): the API reached through a `tunnel` inbound with
 /// only `rewriteAddress`, `metrics` with a listen address and a tag, `log.maskAddress` and
-/// `log.dnsLog`, freedom `finalRules` blocking `geoip:private`, stats on per user and inbound.
+/// `log.dnsLog`, freedom `finalRules` blocking `geoip:private`, stats on per user and inbound,
+/// and routing rules sending `geoip:private` and BitTorrent to the blackhole.
 #[test]
 fn three_x_ui_default() {
+    let assets = tempdir::Dir::new("3x-ui-assets");
+    route_helpers::write_geodata(assets.path());
     let (api, metrics) = (free_port(), free_port());
     let cfg = format!(
         r#"{{
@@ -108,12 +117,15 @@ fn three_x_ui_default() {
                 "statsOutboundDownlink": false, "statsOutboundUplink": false}}
   }},
   "routing": {{"domainStrategy": "AsIs",
-               "rules": [{{"inboundTag": ["api"], "outboundTag": "api", "type": "field"}}]}},
+               "rules": [{{"inboundTag": ["api"], "outboundTag": "api", "type": "field"}},
+                         {{"ip": ["geoip:private"], "outboundTag": "blocked", "type": "field"}},
+                         {{"outboundTag": "blocked", "protocol": ["bittorrent"], "type": "field"}}]}},
   "stats": {{}}
 }}"#
     );
-    both_accept("3x-ui", &cfg);
-    let f = ferry(&cfg, &[api, metrics]);
+    let warned = both_accept_with("3x-ui", &cfg, Some(assets.path()));
+    assert!(!warned.contains("geoip"), "{warned}");
+    let f = route_helpers::ferry_with_assets(&cfg, assets.path(), &[api, metrics]);
     let vars = get(metrics, "/debug/vars");
     assert!(vars.starts_with("HTTP/1.1 200"), "{vars}\n{}", f.output());
     assert!(vars.contains("\"stats\""), "{vars}");
