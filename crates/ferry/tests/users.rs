@@ -4,39 +4,16 @@
 //! user's counters are exact. In process: a Ferry server and a Ferry client instance.
 
 mod common;
-use common::free_port;
+use common::{echo_server_async, free_port, start_instance};
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use ferry::app::instance::Instance;
-use ferry::config::{Config, Diagnostics};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const VA: &str = "6fd4b5a2-0c3e-4a8e-9d6c-1b2a3c4d5e6f";
 const VB: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
-
-async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
-async fn start(v: serde_json::Value) -> Instance {
-    let cfg = Config::from_value(&v, &Diagnostics::default()).unwrap();
-    Instance::start(cfg).await.unwrap()
-}
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -79,9 +56,9 @@ async fn echoes(port: u16) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_come_and_go_while_others_transfer() {
-    let echo = echo_server().await;
+    let echo = echo_server_async().await;
     let (vport, sport) = (free_port(), free_port());
-    let server = start(json!({
+    let server = start_instance(json!({
         "stats": {},
         "policy": {"levels": {"0": {"statsUserUplink": true, "statsUserDownlink": true}}},
         "inbounds": [
@@ -108,7 +85,7 @@ async fn users_come_and_go_while_others_transfer() {
                "settings": {"address": "127.0.0.1", "port": sport, "method": "aes-128-gcm", "password": pw}})
     };
     let rule = |i: &str, o: &str| json!({"inboundTag": [i], "outboundTag": o});
-    let _client = start(json!({
+    let _client = start_instance(json!({
         "inbounds": [doko("va", pva), doko("vb", pvb), doko("sa", psa), doko("sb", psb)],
         "outbounds": [vm("va", VA), vm("vb", VB), ss("sa", "pa"), ss("sb", "pb")],
         "routing": {"rules": [rule("va", "va"), rule("vb", "vb"), rule("sa", "sa"), rule("sb", "sb")]}
@@ -199,9 +176,9 @@ async fn kept_open(port: u16, junk: &[u8], wait: Duration) -> bool {
 /// (each Shadowsocks user with its own method), and their bytes go through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inbounds_that_start_empty_serve_users_added_later() {
-    let echo = echo_server().await;
+    let echo = echo_server_async().await;
     let (sport, vport) = (free_port(), free_port());
-    let server = start(json!({
+    let server = start_instance(json!({
         "inbounds": [
             {"tag": "ss", "listen": "127.0.0.1", "port": sport, "protocol": "shadowsocks",
              "settings": {"clients": [], "network": "tcp,udp"}},
@@ -221,7 +198,7 @@ async fn inbounds_that_start_empty_serve_users_added_later() {
                "settings": {"address": "127.0.0.1", "port": sport, "method": method, "password": pw}})
     };
     let rule = |t: &str| json!({"inboundTag": [t], "outboundTag": t});
-    let _client = start(json!({
+    let _client = start_instance(json!({
         "inbounds": [doko("a", ports[0]), doko("b", ports[1]), doko("v", ports[2])],
         "outbounds": [
             ss("a", "aes-128-gcm", "pa"),

@@ -6,51 +6,23 @@
 //! In process: a Ferry server with the API and a Ferry client instance.
 
 mod common;
-use common::free_port;
+use common::{echo_server_async, free_port, pattern, start_instance};
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use ferry::app::api::pb;
-use ferry::app::instance::Instance;
-use ferry::config::{Config, Diagnostics};
 use prost::Message;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const VM: &str = "6fd4b5a2-0c3e-4a8e-9d6c-1b2a3c4d5e6f";
 const VL: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 /// 16-byte keys (base64) for 2022-blake3-aes-128-gcm: the server's and the user's.
 const PSK: &str = "MDEyMzQ1Njc4OWFiY2RlZg==";
 const UPSK: &str = "ZmVkY2JhOTg3NjU0MzIxMA==";
-
-async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
-async fn start(v: Value) -> Instance {
-    let cfg = Config::from_value(&v, &Diagnostics::default()).unwrap();
-    Instance::start(cfg).await.unwrap()
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[1] ^ seed)
-        .collect()
-}
 
 /// `data` through `port` and back (written while the echo is read); None when the
 /// connection ends or stalls for `wait` before everything came back.
@@ -338,7 +310,7 @@ fn api_config(api: u16, inbounds: Vec<Value>) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_user_bearing_inbound_starts_empty_and_serves_users_added_through_the_api() {
-    let echo = echo_server().await;
+    let echo = echo_server_async().await;
     let api = free_port();
     let server_ports: Vec<u16> = (0..8).map(|_| free_port()).collect();
     let entries: Vec<u16> = (0..8).map(|_| free_port()).collect();
@@ -352,7 +324,7 @@ async fn every_user_bearing_inbound_starts_empty_and_serves_users_added_through_
                    "protocol": c.tag, "settings": c.inbound})
         })
         .collect();
-    let _server = start(api_config(api, inbounds)).await;
+    let _server = start_instance(api_config(api, inbounds)).await;
 
     let client_in = (0..cases.len())
         .map(|i| {
@@ -372,7 +344,7 @@ async fn every_user_bearing_inbound_starts_empty_and_serves_users_added_through_
     let rules = (0..cases.len())
         .map(|i| json!({"inboundTag": [format!("e{i}")], "outboundTag": format!("o{i}")}))
         .collect::<Vec<_>>();
-    let _client = start(json!({
+    let _client = start_instance(json!({
         "inbounds": client_in, "outbounds": client_out, "routing": {"rules": rules}
     }))
     .await;
@@ -476,9 +448,9 @@ async fn http_connect(port: u16, target: SocketAddr, creds: Option<&str>) -> (u1
 /// lets them through).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_accounts_through_the_api() {
-    let echo = echo_server().await;
+    let echo = echo_server_async().await;
     let (api, hport, mport) = (free_port(), free_port(), free_port());
-    let _server = start(api_config(
+    let _server = start_instance(api_config(
         api,
         vec![
             json!({"tag": "h", "listen": "127.0.0.1", "port": hport, "protocol": "http",
@@ -557,9 +529,9 @@ async fn http_accounts_through_the_api() {
 /// identity headers choose users and the server key alone no longer gets in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ss2022_with_empty_clients_takes_the_server_key_until_users_come() {
-    let echo = echo_server().await;
+    let echo = echo_server_async().await;
     let (api, port, single, user) = (free_port(), free_port(), free_port(), free_port());
-    let _server = start(api_config(
+    let _server = start_instance(api_config(
         api,
         vec![
             json!({"tag": "s", "listen": "127.0.0.1", "port": port, "protocol": "shadowsocks",
@@ -577,7 +549,7 @@ async fn ss2022_with_empty_clients_takes_the_server_key_until_users_come() {
                "settings": {"address": "127.0.0.1", "port": port,
                             "method": "2022-blake3-aes-128-gcm", "password": pw}})
     };
-    let _client = start(json!({
+    let _client = start_instance(json!({
         "inbounds": [entry("a", single), entry("b", user)],
         "outbounds": [out("a", PSK.to_string()), out("b", format!("{PSK}:{UPSK}"))],
         "routing": {"rules": [{"inboundTag": ["a"], "outboundTag": "a"},

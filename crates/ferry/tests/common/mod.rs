@@ -282,3 +282,27 @@ pub fn echo_through(mut s: TcpStream, data: &[u8]) -> Vec<u8> {
     writer.join().unwrap();
     got
 }
+
+/// A TCP echo server on a free port, on the test's tokio runtime (in-process tests).
+pub async fn echo_server_async() -> SocketAddr {
+    use tokio::io::AsyncWriteExt;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.into_split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// A Ferry instance in this process, started from a JSON config.
+pub async fn start_instance(v: serde_json::Value) -> ferry::app::instance::Instance {
+    let cfg =
+        ferry::config::Config::from_value(&v, &ferry::config::Diagnostics::default()).unwrap();
+    ferry::app::instance::Instance::start(cfg).await.unwrap()
+}

@@ -115,7 +115,7 @@ impl InboundHandler for SocksInbound {
 
 impl SocksInbound {
     async fn socks5(&self, r: &mut HeadReader, ctx: &InboundCtx) -> io::Result<Next> {
-        let want = if self.cfg.accounts.is_some() {
+        let want = if self.accounts.required() {
             codec::METHOD_PASSWORD
         } else {
             codec::METHOD_NONE
@@ -134,7 +134,7 @@ impl SocksInbound {
         }
         r.write_all(&[codec::VER5, want]).await?;
         let mut user = self.anonymous();
-        if self.cfg.accounts.is_some() {
+        if self.accounts.required() {
             let (name, pass) = read_msg(
                 r,
                 |b| {
@@ -200,7 +200,7 @@ impl SocksInbound {
 
     async fn socks4(&self, r: &mut HeadReader, _ctx: &InboundCtx) -> io::Result<Next> {
         let req = read_msg(r, codec::parse_socks4, bad).await?;
-        if self.cfg.accounts.is_some() {
+        if self.accounts.required() {
             r.write_all(&codec::socks4_reply(codec::SOCKS4_REJECTED))
                 .await?;
             return Err(invalid(
