@@ -324,6 +324,7 @@ pub fn parse_outbound(
     o: &Obj<'_>,
     tag: String,
     registry: &Arc<Outbounds>,
+    dns: &Arc<crate::app::dns::Dns>,
     diag: &Diagnostics,
 ) -> reader::Result<(Outbound, Option<String>)> {
     let name = protocol_name(o)?;
@@ -401,6 +402,7 @@ pub fn parse_outbound(
             dialer,
             sockopt: ss.sockopt.clone(),
             stream: &ss,
+            dns: dns.clone(),
         },
     )?;
     settings.finish();
@@ -443,6 +445,18 @@ impl Config {
             policy: policy.clone(),
         };
         let (metrics, api, special_outbounds) = services::parse_services(&root, &stats, diag)?;
+        let dns = match root.obj("dns")? {
+            Some(d) => {
+                let dns = crate::app::dns::parse(&d, &crate::app::router::Assets::from_env())?;
+                d.finish();
+                Some(Arc::new(dns))
+            }
+            None => None,
+        };
+        // The dns outbound resolves with it, or with the system's resolver without one.
+        let out_dns = dns
+            .clone()
+            .unwrap_or_else(|| Arc::new(crate::app::dns::Dns::system()));
         let mut outbounds = Vec::new();
         let mut tags = HashSet::new();
         // The registry chained outbounds dial through; the instance fills it.
@@ -457,7 +471,7 @@ impl Config {
                     format!("duplicate outbound tag {tag:?}"),
                 ));
             }
-            let (out, via) = parse_outbound(&o, tag, &registry, diag)?;
+            let (out, via) = parse_outbound(&o, tag, &registry, &out_dns, diag)?;
             if let Some(via) = via {
                 chains.push((o.path().to_string(), out.tag.clone(), via));
             }
@@ -504,14 +518,6 @@ impl Config {
             o.finish();
         }
 
-        let dns = match root.obj("dns")? {
-            Some(d) => {
-                let dns = crate::app::dns::parse(&d, &crate::app::router::Assets::from_env())?;
-                d.finish();
-                Some(Arc::new(dns))
-            }
-            None => None,
-        };
         let router = match root.obj("routing")? {
             Some(r) => {
                 let router = Router::parse(&r)?;

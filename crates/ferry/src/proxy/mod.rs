@@ -2,6 +2,7 @@
 //! Adding a protocol touches its own folder and one line in [`INBOUNDS`] or [`OUTBOUNDS`].
 
 pub mod blackhole;
+pub mod dns;
 pub mod dokodemo;
 pub mod fallback;
 pub mod freedom;
@@ -154,6 +155,8 @@ pub struct OutboundBuild<'a> {
     pub sockopt: crate::transport::tcp::SockOpts,
     /// The outbound's stream settings (what is under the protocol).
     pub stream: &'a crate::transport::StreamSettings,
+    /// The resolver of the `dns` object (the system's without one): the `dns` outbound's.
+    pub dns: Arc<crate::app::dns::Dns>,
 }
 
 pub type InboundBuilder =
@@ -177,6 +180,7 @@ pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
 pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
     (&["freedom", "direct"], freedom::build),
     (&["blackhole", "block"], blackhole::build),
+    (&["dns"], dns::build),
     (&["socks"], socks::build_outbound),
     (&["http"], http::build_outbound),
     (&["vmess"], vmess::build_outbound),
@@ -187,7 +191,7 @@ pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
-pub const KNOWN_ELSEWHERE: &[&str] = &["dns", "wireguard", "hysteria", "loopback", "mtproto"];
+pub const KNOWN_ELSEWHERE: &[&str] = &["wireguard", "hysteria", "loopback", "mtproto"];
 
 fn find<T: Copy>(table: &[(&[&str], T)], name: &str) -> Option<T> {
     table

@@ -410,7 +410,15 @@ async fn add_outbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
     let diag = Diagnostics::default();
     let (out, _via) = Obj::new(&json, "outbound", &diag)
         .and_then(|o| {
-            let r = crate::config::parse_outbound(&o, cfg.tag.clone(), table, &diag);
+            let dns = api
+                .core
+                .dispatcher
+                .router
+                .load()
+                .dns
+                .clone()
+                .unwrap_or_else(|| Arc::new(crate::app::dns::Dns::system()));
+            let r = crate::config::parse_outbound(&o, cfg.tag.clone(), table, &dns, &diag);
             o.ignore(&["tag"]);
             o.finish();
             r

@@ -207,6 +207,92 @@ pub fn question(q: &[u8]) -> Option<(String, u16)> {
     Some((name, be16(q, i + 1).ok()?))
 }
 
+/// The first question of a message, as the DNS outbound reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub id: u16,
+    /// The name as text, lower-cased, without the trailing dot (matching).
+    pub name: String,
+    pub qtype: u16,
+    /// The question's name on the wire, uncompressed (echoed in replies as sent).
+    wire_name: Vec<u8>,
+    pub qclass: u16,
+}
+
+/// Reads a message's header and first question (any flags, like Xray's parser); `None` when
+/// there is no question or it is malformed (a compressed or overlong name included).
+pub fn parse_query(b: &[u8]) -> Option<Query> {
+    let id = be16(b, 0).ok()?;
+    if be16(b, 4).ok()? == 0 {
+        return None;
+    }
+    let mut i = 12;
+    let mut name = String::new();
+    loop {
+        let l = usize::from(*b.get(i)?);
+        if l == 0 {
+            break;
+        }
+        if l > 63 {
+            return None;
+        }
+        let label = b.get(i + 1..i + 1 + l)?;
+        if !name.is_empty() {
+            name.push('.');
+        }
+        name.extend(label.iter().map(|c| c.to_ascii_lowercase() as char));
+        i += 1 + l;
+        if i - 12 > 254 {
+            return None;
+        }
+    }
+    let wire_name = b[12..=i].to_vec();
+    Some(Query {
+        id,
+        name,
+        qtype: be16(b, i + 1).ok()?,
+        qclass: be16(b, i + 3).ok()?,
+        wire_name,
+    })
+}
+
+/// A reply to `q` as Xray's DNS outbound writes it: response, authoritative, recursion
+/// desired and available, `rcode`, the question echoed (class IN), and one record per
+/// address of the asked type (A for IPv4, AAAA for IPv6; others skipped) with `ttl`, its name
+/// a pointer to the question's.
+pub fn reply(q: &Query, rcode: u8, ips: &[IpAddr], ttl: u32) -> Vec<u8> {
+    let picked: Vec<&IpAddr> = ips
+        .iter()
+        .filter(|ip| matches!((q.qtype, ip), (A, IpAddr::V4(_)) | (AAAA, IpAddr::V6(_))))
+        .collect();
+    let mut m = Vec::with_capacity(12 + q.wire_name.len() + 4 + picked.len() * 28);
+    m.extend_from_slice(&q.id.to_be_bytes());
+    m.extend_from_slice(&(0x8580u16 | u16::from(rcode & 0x0f)).to_be_bytes());
+    m.extend_from_slice(&1u16.to_be_bytes());
+    m.extend_from_slice(&(picked.len() as u16).to_be_bytes());
+    m.extend_from_slice(&[0, 0, 0, 0]);
+    m.extend_from_slice(&q.wire_name);
+    m.extend_from_slice(&q.qtype.to_be_bytes());
+    m.extend_from_slice(&[0, 1]);
+    for ip in picked {
+        m.extend_from_slice(&[0xc0, 12]);
+        m.extend_from_slice(&q.qtype.to_be_bytes());
+        m.extend_from_slice(&[0, 1]);
+        m.extend_from_slice(&ttl.to_be_bytes());
+        match ip {
+            IpAddr::V4(a) => {
+                m.extend_from_slice(&4u16.to_be_bytes());
+                m.extend_from_slice(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                m.extend_from_slice(&16u16.to_be_bytes());
+                m.extend_from_slice(&a.octets());
+            }
+        }
+    }
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::app::router::{Assets, DomainSet, DomainType, IpSet};
 use crate::config::reader::{self, ConfigError, Obj, Result};
 
-pub use resolve::Dns;
+pub use resolve::{Answer, Dns};
 
 /// Which address families a lookup asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,11 +15,47 @@ use super::message::{self, A, AAAA};
 use super::{Families, HostRule, HostValue, Server, Transport};
 use crate::app::router::{Assets, DomainSet, DomainType};
 
+/// The TTL given to the system resolver's answers.
+const SYSTEM_TTL: u32 = 60;
+
 /// How long an answer without records (NXDOMAIN, NODATA) is kept.
 const NEGATIVE_TTL: Duration = Duration::from_secs(300);
 
+/// The TTL of answers from `hosts`.
+const HOSTS_TTL: u32 = 10;
+
 /// (server index, name, query type).
 type CacheKey = (usize, String, u16);
+
+/// A cached answer: when it expires, its addresses and its rcode.
+type Cached = (Instant, Vec<IpAddr>, u8);
+
+/// What a lookup found, for the DNS outbound's replies: the addresses (none for NXDOMAIN,
+/// NODATA or an empty `hosts` entry), the TTL to give them, and the rcode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub ips: Vec<IpAddr>,
+    pub ttl: u32,
+    pub rcode: u8,
+}
+
+impl Answer {
+    fn empty(rcode: u8) -> Answer {
+        Answer {
+            ips: Vec::new(),
+            ttl: 0,
+            rcode,
+        }
+    }
+}
+
+/// One server's (or the cache's) answer for one type, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Asked {
+    Answer(Answer),
+    /// No answer came (timeout, network or format error).
+    Failed,
+}
 
 /// The configured resolver.
 #[derive(Debug)]
@@ -32,7 +68,7 @@ pub struct Dns {
     disable_fallback_if_match: bool,
     /// The implicit rules of a `localhost` server (local TLDs and dotless names).
     local_names: DomainSet,
-    cache: Mutex<HashMap<CacheKey, (Instant, Vec<IpAddr>)>>,
+    cache: Mutex<HashMap<CacheKey, Cached>>,
     next_id: AtomicU16,
 }
 
@@ -77,6 +113,12 @@ impl Dns {
                 u16::from_ne_bytes(b)
             }),
         }
+    }
+
+    /// A resolver with no servers and no hosts: the system's (what Xray uses without a `dns`
+    /// object).
+    pub fn system() -> Dns {
+        Dns::new(Vec::new(), Vec::new(), Families::BOTH, false, false, false)
     }
 
     #[cfg(test)]
@@ -156,76 +198,131 @@ impl Dns {
 
     /// [`Dns::lookup`] for some families only.
     pub async fn lookup_families(&self, name: &str, want: Families) -> Vec<IpAddr> {
+        self.resolve(name, want)
+            .await
+            .map(|a| a.ips)
+            .unwrap_or_default()
+    }
+
+    /// Resolves `name` as Xray's `LookupIP` does (routing.md §4.5): hosts, then the servers in
+    /// order, the first non-empty filtered answer winning. When none has addresses, the
+    /// servers' common verdict: all empty gives an empty NOERROR answer, all the same rcode
+    /// gives that rcode, anything else (a timeout among them, or disagreeing servers) `None`.
+    pub async fn resolve(&self, name: &str, want: Families) -> Option<Answer> {
         let want = want.and(self.families);
+        if !want.v4 && !want.v6 {
+            return Some(Answer::empty(0));
+        }
         let mut name = name.trim_end_matches('.').to_ascii_lowercase();
+        if name.is_empty() {
+            return None;
+        }
         for _ in 0..5 {
             match self.hosts(&name) {
                 Some(HostValue::Ips(v)) => {
-                    return v
+                    let ips: Vec<IpAddr> = v
                         .into_iter()
                         .filter(|ip| if ip.is_ipv4() { want.v4 } else { want.v6 })
-                        .collect()
+                        .collect();
+                    let ttl = if ips.is_empty() { 0 } else { HOSTS_TTL };
+                    return Some(Answer { ips, ttl, rcode: 0 });
                 }
-                Some(HostValue::Rcode(_)) => return Vec::new(),
+                Some(HostValue::Rcode(r)) => return Some(Answer::empty(r)),
                 Some(HostValue::Alias(a)) => name = a,
                 None => break,
             }
         }
         if self.servers.is_empty() {
-            return system(&name, want).await;
+            let ips = system(&name, want).await;
+            let ttl = if ips.is_empty() { 0 } else { SYSTEM_TTL };
+            return Some(Answer { ips, ttl, rcode: 0 });
         }
+        let mut verdict: Option<Asked> = None;
+        let mut agree = true;
         for i in self.order(&name) {
             let s = &self.servers[i];
             let fam = want.and(s.families);
-            let mut ips = Vec::new();
-            if fam.v4 {
-                ips.extend(self.ask(i, &name, A).await);
-            }
-            if fam.v6 {
-                ips.extend(self.ask(i, &name, AAAA).await);
+            let (mut ips, mut ttl, mut rcode, mut failed) = (Vec::new(), u32::MAX, 0u8, false);
+            for (on, qtype) in [(fam.v4, A), (fam.v6, AAAA)] {
+                if !on {
+                    continue;
+                }
+                match self.ask(i, &name, qtype).await {
+                    Asked::Answer(a) => {
+                        if !a.ips.is_empty() {
+                            ttl = ttl.min(a.ttl);
+                        }
+                        ips.extend(a.ips);
+                        if rcode == 0 {
+                            rcode = a.rcode;
+                        }
+                    }
+                    Asked::Failed => failed = true,
+                }
             }
             let ips = filter(s, ips);
             if !ips.is_empty() {
-                return ips;
+                return Some(Answer { ips, ttl, rcode: 0 });
+            }
+            let this = if failed && rcode == 0 {
+                Asked::Failed
+            } else {
+                Asked::Answer(Answer::empty(rcode))
+            };
+            match &verdict {
+                None => verdict = Some(this),
+                Some(v) if *v != this => agree = false,
+                Some(_) => {}
             }
         }
-        Vec::new()
+        match verdict {
+            Some(Asked::Answer(a)) if agree => Some(a),
+            None => Some(Answer::empty(0)),
+            _ => None,
+        }
     }
 
-    /// One server, one type: from the cache or the wire (errors give no addresses).
-    async fn ask(&self, i: usize, name: &str, qtype: u16) -> Vec<IpAddr> {
+    /// One server, one type: from the cache or the wire.
+    async fn ask(&self, i: usize, name: &str, qtype: u16) -> Asked {
         let s = &self.servers[i];
         let key = (i, name.to_string(), qtype);
         let cache = !(self.disable_cache || s.disable_cache);
         if cache {
-            if let Some((exp, v)) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
-                if exp > Instant::now() {
-                    return v;
+            if let Some((exp, ips, rcode)) =
+                self.cache.lock().ok().and_then(|c| c.get(&key).cloned())
+            {
+                let now = Instant::now();
+                if exp > now {
+                    // The TTL left, rounded up.
+                    let left = (exp - now).as_millis().div_ceil(1000);
+                    let ttl = u32::try_from(left).unwrap_or(u32::MAX).max(1);
+                    return Asked::Answer(Answer { ips, ttl, rcode });
                 }
             }
         }
         let r = tokio::time::timeout(s.timeout, self.query(s, name, qtype)).await;
-        let (ips, ttl) = match r {
+        let (ips, ttl, rcode) = match r {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
                 tracing::debug!("dns: {} for {name} type {qtype}: {e}", s.name);
-                return Vec::new();
+                return Asked::Failed;
             }
             Err(_) => {
                 tracing::debug!("dns: {} for {name} type {qtype}: timed out", s.name);
-                return Vec::new();
+                return Asked::Failed;
             }
         };
         if cache {
             if let Ok(mut c) = self.cache.lock() {
                 if c.len() > 4096 {
                     let now = Instant::now();
-                    c.retain(|_, (e, _)| *e > now);
+                    c.retain(|_, (e, _, _)| *e > now);
                 }
-                c.insert(key, (Instant::now() + ttl, ips.clone()));
+                c.insert(key, (Instant::now() + ttl, ips.clone(), rcode));
             }
         }
-        ips
+        let ttl = u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX);
+        Asked::Answer(Answer { ips, ttl, rcode })
     }
 
     async fn query(
@@ -233,7 +330,7 @@ impl Dns {
         s: &Server,
         name: &str,
         qtype: u16,
-    ) -> io::Result<(Vec<IpAddr>, Duration)> {
+    ) -> io::Result<(Vec<IpAddr>, Duration, u8)> {
         let fam = if qtype == A {
             Families {
                 v4: true,
@@ -247,7 +344,8 @@ impl Dns {
         };
         let (host, port, tcp) = match &s.transport {
             Transport::Localhost => {
-                return Ok((system(name, fam).await, Duration::from_secs(60)));
+                let ips = system(name, fam).await;
+                return Ok((ips, Duration::from_secs(u64::from(SYSTEM_TTL)), 0));
             }
             Transport::Udp(h, p) => (h, *p, false),
             Transport::Tcp(h, p) => (h, *p, true),
@@ -266,7 +364,7 @@ impl Dns {
             Some(t) if !r.ips.is_empty() => Duration::from_secs(u64::from(t.max(1))),
             _ => NEGATIVE_TTL,
         };
-        Ok((r.ips, ttl))
+        Ok((r.ips, ttl, r.rcode))
     }
 }
 

@@ -291,6 +291,7 @@ mod tests {
             diag: &diag,
             sockopt: Default::default(),
             stream: &Default::default(),
+            dns: std::sync::Arc::new(crate::app::dns::Dns::system()),
             dialer: std::sync::Arc::new(crate::transport::SocketDialer {
                 opts: Default::default(),
             }),
