@@ -387,3 +387,68 @@ fn bad_settings_name_the_path() {
         );
     }
 }
+
+/// Hostile messages end nothing but themselves: each is dropped (logged), and the same
+/// session then answers a good query; a TCP frame that never completes ends only its own
+/// connection, when the client goes.
+#[test]
+fn bad_messages_are_dropped_and_the_session_goes_on() {
+    let up = dns_server();
+    let fp = free_port();
+    let f = ferry(&config(fp, up.port, "{}"), &[fp]);
+    let good = query(0x77, "a.test", A);
+    let mut bad: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0x12],
+        good[..11].to_vec(),
+        good[..15].to_vec(),
+        good[..good.len() - 1].to_vec(),
+    ];
+    // No question; a huge question count with none there; a label over 63 bytes; a
+    // compression pointer as the name; a name that never ends.
+    let mut noq = good.clone();
+    noq[5] = 0;
+    bad.push(noq[..12].to_vec());
+    let mut many = good.clone();
+    many[4] = 0xff;
+    bad.push(many[..12].to_vec());
+    let mut long = good[..12].to_vec();
+    long.push(64);
+    long.extend([b'a'; 64]);
+    long.extend([0, 0, 1, 0, 1]);
+    bad.push(long);
+    let mut ptr = good[..12].to_vec();
+    ptr.extend([0xc0, 12, 0, 1, 0, 1]);
+    bad.push(ptr);
+    let mut endless = good[..12].to_vec();
+    for _ in 0..200 {
+        endless.extend([1, b'x']);
+    }
+    bad.push(endless);
+    for tcp in [false, true] {
+        let mut c = Client::new(tcp, fp);
+        for b in &bad {
+            assert_eq!(
+                c.ask(b, Duration::from_millis(300)),
+                None,
+                "answered {b:?}\n{}",
+                f.output()
+            );
+        }
+        let r = c
+            .ask(&good, Duration::from_secs(5))
+            .expect("good query after bad ones");
+        let (rc, an, _) = read_reply(&r);
+        assert_eq!((rc, an[0].2.clone()), (0, vec![1, 2, 3, 4]));
+    }
+    // A frame announced 65535 bytes long that never comes, and a client that goes: the
+    // others keep being answered.
+    let mut s = TcpStream::connect(("127.0.0.1", fp)).unwrap();
+    s.write_all(&[0xff, 0xff, 1, 2, 3]).unwrap();
+    drop(s);
+    let mut c = Client::new(true, fp);
+    assert!(c.ask(&good, Duration::from_secs(5)).is_some());
+    let out = f.output();
+    assert!(!out.contains("panicked"), "{out}");
+    assert!(out.contains("without a readable question"), "{out}");
+}

@@ -3,8 +3,8 @@
 //! `run -test` on the same file, then served by `ferry run`.
 //!
 //! 3x-ui's default routes `geoip:private` and `"protocol": ["bittorrent"]` to its blackhole:
-//! both read a geoip.dat written by the test (XRAY_LOCATION_ASSET). Left out of the shapes, as
-//! the feature it needs lands with its own issue: Marzban's `dns` outbound.
+//! both read a geoip.dat written by the test (XRAY_LOCATION_ASSET). So do Marzban's documented
+//! blocking rules, which also send port 53 to its `dns` outbound.
 //!
 //! The REALITY inbounds the panels write (the default of most panel installs: VLESS + XTLS
 //! Vision + REALITY, also over gRPC, and Trojan + REALITY) are served too: an Xray v26.3.27
@@ -223,8 +223,9 @@ fn marzban_as_it_starts_the_core() {
 
 /// Marzban's fallback variant (xray-fallback.json): one Trojan port that only falls back, by
 /// path to WebSocket inbounds (VLESS, VMess, Trojan) and by ALPN or default to raw inbounds, all
-/// on abstract sockets behind PROXY v2, every user list empty, sniffing on. Left out as above:
-/// the `dns` outbound and the geoip/bittorrent rules.
+/// on abstract sockets behind PROXY v2, every user list empty, sniffing on; with the routing
+/// Marzban's docs add to it ("blocking rules"): private addresses and BitTorrent to the
+/// blackhole, DNS (port 53, TCP and UDP) to a `dns` outbound, `DNS-Internal`.
 #[test]
 fn marzban_fallback_variant() {
     let (port, ss) = (free_port(), free_port());
@@ -265,8 +266,12 @@ fn marzban_fallback_variant() {
     {{"listen": "127.0.0.1", "port": {ss}, "protocol": "shadowsocks", "settings": {{"clients": []}},
       "network": "tcp,udp", "tag": "SHADOWSOCKS_INBOUND"}}
   ],
-  "outbounds": [{{"protocol": "freedom", "settings": {{}}}}, {{"protocol": "blackhole", "tag": "blackhole"}}],
-  "routing": {{"domainStrategy": "AsIs", "settings": {{"rules": []}}}}
+  "outbounds": [{{"protocol": "freedom", "settings": {{}}}}, {{"protocol": "blackhole", "tag": "blackhole"}},
+                {{"protocol": "dns", "tag": "DNS-Internal"}}],
+  "routing": {{"domainStrategy": "IPIfNonMatch", "rules": [
+    {{"type": "field", "outboundTag": "blackhole", "ip": ["geoip:private"]}},
+    {{"type": "field", "port": 53, "network": "tcp,udp", "outboundTag": "DNS-Internal"}},
+    {{"type": "field", "outboundTag": "blackhole", "protocol": ["bittorrent"]}}]}}
 }}"#,
         ws("vlws", "vless", "/lw", r#", "decryption": "none""#),
         ws("vmws", "vmess", "/mw", ""),
@@ -287,8 +292,11 @@ fn marzban_fallback_variant() {
         .replace("\"tag\": \"trws\"", "\"tag\": \"TROJAN_WS_INBOUND\"")
         .replace("\"tag\": \"trtcp\"", "\"tag\": \"TROJAN_TCP_H2_INBOUND\"")
         .replace("\"tag\": \"vltcp\"", "\"tag\": \"VLESS_TCP_INBOUND\"");
-    both_accept("marzban-fallback", &cfg);
-    let f = ferry(&cfg, &[port, ss]);
+    let assets = tempdir::Dir::new("marzban-assets");
+    route_helpers::write_geodata(assets.path());
+    let warned = both_accept_with("marzban-fallback", &cfg, Some(assets.path()));
+    assert!(!warned.contains("DNS-Internal"), "{warned}");
+    let f = route_helpers::ferry_with_assets(&cfg, assets.path(), &[port, ss]);
     // Nobody is a user yet: a GET for /lw goes through the Trojan port's path fallback to the
     // VLESS ws inbound, which answers it as Xray's does (not an upgrade: 400); another path
     // reaches the VLESS raw inbound, which has nothing to say to HTTP.

@@ -40,7 +40,7 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn empty(rcode: u8) -> Answer {
+    pub(crate) fn empty(rcode: u8) -> Answer {
         Answer {
             ips: Vec::new(),
             ttl: 0,

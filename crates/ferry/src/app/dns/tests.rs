@@ -306,3 +306,67 @@ async fn routing_resolves_through_the_dns_object() {
     assert_eq!(out("srv.example:80").await.as_deref(), Some("server"));
     assert_eq!(out("none.example:80").await, None);
 }
+
+/// What the dns outbound answers with: the first server with addresses wins (TTL from the
+/// wire, hosts 10); no addresses anywhere gives the servers' common verdict (all NXDOMAIN →
+/// rcode 3, all empty → NOERROR), and no verdict when they disagree or one is silent.
+#[tokio::test]
+async fn resolve_gives_rcode_ttl_and_the_common_verdict() {
+    let one = server(&[("a.test", &["1.1.1.1"]), ("v6.test", &["::6"])]).await;
+    let two = server(&[("b.test", &["2.2.2.2"]), ("v6.test", &["::7"])]).await;
+    // A UDP port nobody answers on (bound, so nothing else takes it).
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sp = silent.local_addr().unwrap().port();
+    let d = dns(json!({
+        "hosts": {"h.test": "10.0.0.1", "gone.test": "#3"},
+        "servers": [{"address": "127.0.0.1", "port": one.port}, {"address": "127.0.0.1", "port": two.port}]
+    }))
+    .unwrap();
+    let v4 = Families {
+        v4: true,
+        v6: false,
+    };
+    let v6 = Families {
+        v4: false,
+        v6: true,
+    };
+    let a = d.resolve("b.test.", v4).await.unwrap();
+    assert_eq!((a.ips, a.ttl, a.rcode), (ips(&["2.2.2.2"]), 60, 0));
+    // Cached: the TTL left, not more than given.
+    let a = d.resolve("b.test", v4).await.unwrap();
+    assert!(a.ttl <= 60 && a.ttl >= 59, "{a:?}");
+    assert_eq!(
+        d.resolve("nowhere.test", v4).await,
+        Some(Answer {
+            ips: vec![],
+            ttl: 0,
+            rcode: 3
+        })
+    );
+    // The first server knows a.test; asked for AAAA it has none: NOERROR but the second
+    // says NXDOMAIN, so the verdicts differ.
+    assert_eq!(d.resolve("a.test", v6).await, None);
+    let a = d.resolve("v6.test", v6).await.unwrap();
+    assert_eq!(a.ips, ips(&["::6"]));
+    let a = d.resolve("h.test", v4).await.unwrap();
+    assert_eq!((a.ips, a.ttl), (ips(&["10.0.0.1"]), 10));
+    assert_eq!(d.resolve("h.test", v6).await.unwrap().ips, ips(&[]));
+    assert_eq!(d.resolve("gone.test", v4).await.unwrap().rcode, 3);
+    // A silent server among NXDOMAIN ones: no verdict.
+    let d = dns(json!({"servers": [
+        {"address": "127.0.0.1", "port": one.port},
+        {"address": "127.0.0.1", "port": sp, "timeoutMs": 200}
+    ]}))
+    .unwrap();
+    assert_eq!(d.resolve("nowhere.test", v4).await, None);
+    assert_eq!(
+        d.resolve("a.test", v4).await.unwrap().ips,
+        ips(&["1.1.1.1"])
+    );
+    // Neither family allowed: an empty answer at once.
+    let d =
+        dns(json!({"queryStrategy": "UseIPv4", "servers": [{"address": "127.0.0.1", "port": sp}]}))
+            .unwrap();
+    assert_eq!(d.resolve("a.test", v6).await.unwrap(), Answer::empty(0));
+    drop(silent);
+}
