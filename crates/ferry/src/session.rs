@@ -231,6 +231,9 @@ pub struct Sniffed {
     pub attrs: Vec<(String, String)>,
     /// `routeOnly`: `domain` is what routing matches while the destination stays as sent.
     pub route_target: bool,
+    /// `domain` is the name FakeDNS gave the destination address (`protocol` stays what the
+    /// content sniffers found, or `fakedns` when they found nothing).
+    pub fake_domain: bool,
 }
 
 impl Session {

@@ -35,7 +35,15 @@ async fn sniffed(
 ) -> (Session, BoxStream) {
     match &ctx.sniffing {
         Some(cfg) => {
-            let stream = Box::pin(crate::app::sniff::io::stream(cfg, &mut session, stream)).await;
+            let router = ctx.dispatcher.router.load();
+            let fake = router.dns.as_deref().and_then(|d| d.fake());
+            let stream = Box::pin(crate::app::sniff::io::stream(
+                cfg,
+                fake,
+                &mut session,
+                stream,
+            ))
+            .await;
             (session, stream)
         }
         None => (session, stream),

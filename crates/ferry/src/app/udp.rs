@@ -195,8 +195,11 @@ pub async fn serve_packets_sniffed(
     if let Some(cfg) = sniffing {
         let first = (up[..n].to_vec(), dest.clone());
         let c = &client;
+        let router = d.router.load();
+        let fake = router.dns.as_deref().and_then(|x| x.fake());
         early = crate::app::sniff::io::datagrams(
             cfg,
+            fake,
             &mut session,
             first,
             |d: &(Vec<u8>, Destination)| &d.0[..],

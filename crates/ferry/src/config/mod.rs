@@ -445,13 +445,18 @@ impl Config {
             policy: policy.clone(),
         };
         let (metrics, api, special_outbounds) = services::parse_services(&root, &stats, diag)?;
+        let fake = match root.get("fakedns") {
+            Some((p, v)) => Some(crate::app::dns::fake::FakeDns::parse(v, &p, diag)?),
+            None => None,
+        };
         let dns = match root.obj("dns")? {
             Some(d) => {
                 let dns = crate::app::dns::parse(&d, &crate::app::router::Assets::from_env())?;
                 d.finish();
-                Some(Arc::new(dns))
+                Some(Arc::new(dns.with_fake(fake)))
             }
-            None => None,
+            // Pools without a `dns` object: sniffing can still map them (nothing hands them out).
+            None => fake.map(|f| Arc::new(crate::app::dns::Dns::system().with_fake(Some(f)))),
         };
         // The dns outbound resolves with it, or with the system's resolver without one.
         let out_dns = dns
@@ -561,7 +566,7 @@ impl Config {
             }
         }
         root.ignore(&["api", "transport", "reverse", "fakedns"]);
-        for k in ["reverse", "fakedns"] {
+        for k in ["reverse"] {
             if root.has(k) {
                 diag.warn(&root.key_path(k), "not supported yet; ignored");
             }

@@ -7,6 +7,7 @@
 //! parallel queries are a config error naming them ("not yet"). Queries go out directly, not
 //! through routing (a `tag` is accepted with a warning).
 
+pub mod fake;
 pub mod message;
 mod resolve;
 
@@ -62,6 +63,8 @@ pub enum Transport {
     Tcp(String, u16),
     /// The system resolver.
     Localhost,
+    /// The fake pools (answers only the `dns` outbound's lookups).
+    Fake,
 }
 
 /// One `servers` entry.
@@ -145,7 +148,7 @@ fn parse_address(s: &str, port: Option<u16>, path: &str) -> Result<Transport> {
         };
     }
     if lower == "fakedns" {
-        return Err(ConfigError::new(path, format!("fakedns {NOT_YET}")));
+        return Ok(Transport::Fake);
     }
     let (h, p) = parse_host_port(s, port.unwrap_or(53), path)?;
     Ok(Transport::Udp(h, port.filter(|&p| p != 0).unwrap_or(p)))

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::fake::FakeDns;
 use super::message::{self, A, AAAA};
 use super::{Families, HostRule, HostValue, Server, Transport};
 use crate::app::router::{Assets, DomainSet, DomainType};
@@ -20,6 +21,9 @@ const SYSTEM_TTL: u32 = 60;
 
 /// How long an answer without records (NXDOMAIN, NODATA) is kept.
 const NEGATIVE_TTL: Duration = Duration::from_secs(300);
+
+/// The TTL of fake answers.
+const FAKE_TTL: u32 = 1;
 
 /// The TTL of answers from `hosts`.
 const HOSTS_TTL: u32 = 10;
@@ -70,6 +74,8 @@ pub struct Dns {
     local_names: DomainSet,
     cache: Mutex<HashMap<CacheKey, Cached>>,
     next_id: AtomicU16,
+    /// The fake pools, when a config has them (a `fakedns` object or server).
+    fake: Option<std::sync::Arc<FakeDns>>,
 }
 
 impl Dns {
@@ -107,6 +113,7 @@ impl Dns {
             disable_fallback_if_match,
             local_names,
             cache: Mutex::new(HashMap::new()),
+            fake: None,
             next_id: AtomicU16::new({
                 let mut b = [0u8; 2];
                 crate::common::rand::fill(&mut b);
@@ -119,6 +126,23 @@ impl Dns {
     /// object).
     pub fn system() -> Dns {
         Dns::new(Vec::new(), Vec::new(), Families::BOTH, false, false, false)
+    }
+
+    /// Gives the resolver its fake pools: `pools` (the `fakedns` object), or Xray's defaults
+    /// for the query strategy when a server is `fakedns` and there is no object.
+    pub fn with_fake(mut self, pools: Option<FakeDns>) -> Dns {
+        let wants = self.servers.iter().any(|s| s.transport == Transport::Fake);
+        self.fake = match pools {
+            Some(p) => Some(std::sync::Arc::new(p)),
+            None if wants => Some(std::sync::Arc::new(FakeDns::default_for(self.families))),
+            None => None,
+        };
+        self
+    }
+
+    /// The fake pools (sniffing gives a fake address its name back).
+    pub fn fake(&self) -> Option<&FakeDns> {
+        self.fake.as_deref()
     }
 
     #[cfg(test)]
@@ -209,6 +233,15 @@ impl Dns {
     /// servers' common verdict: all empty gives an empty NOERROR answer, all the same rcode
     /// gives that rcode, anything else (a timeout among them, or disagreeing servers) `None`.
     pub async fn resolve(&self, name: &str, want: Families) -> Option<Answer> {
+        self.resolve_with(name, want, false).await
+    }
+
+    /// [`Dns::resolve`] where `fakedns` servers answer too (the `dns` outbound's lookups).
+    pub async fn resolve_allowing_fake(&self, name: &str, want: Families) -> Option<Answer> {
+        self.resolve_with(name, want, true).await
+    }
+
+    async fn resolve_with(&self, name: &str, want: Families, fake: bool) -> Option<Answer> {
         let want = want.and(self.families);
         if !want.v4 && !want.v6 {
             return Some(Answer::empty(0));
@@ -242,6 +275,21 @@ impl Dns {
         for i in self.order(&name) {
             let s = &self.servers[i];
             let fam = want.and(s.families);
+            if s.transport == Transport::Fake {
+                let Some(pools) = self.fake.as_ref().filter(|_| fake) else {
+                    continue;
+                };
+                let ips = pools.ips_for(&name, fam);
+                if !ips.is_empty() {
+                    tracing::info!("dns: fake addresses for {name}: {ips:?}");
+                    return Some(Answer {
+                        ips,
+                        ttl: FAKE_TTL,
+                        rcode: 0,
+                    });
+                }
+                continue;
+            }
             let (mut ips, mut ttl, mut rcode, mut failed) = (Vec::new(), u32::MAX, 0u8, false);
             for (on, qtype) in [(fam.v4, A), (fam.v6, AAAA)] {
                 if !on {
@@ -346,6 +394,9 @@ impl Dns {
             Transport::Localhost => {
                 let ips = system(name, fam).await;
                 return Ok((ips, Duration::from_secs(u64::from(SYSTEM_TTL)), 0));
+            }
+            Transport::Fake => {
+                return Err(io::Error::other("fakedns is not asked on the wire"));
             }
             Transport::Udp(h, p) => (h, *p, false),
             Transport::Tcp(h, p) => (h, *p, true),

@@ -255,10 +255,6 @@ fn addresses_and_not_yet_forms() {
             "dns.servers[0]",
         ),
         (
-            json!({"servers": ["8.8.8.8", {"address": "fakedns"}]}),
-            "dns.servers[1].address",
-        ),
-        (
             json!({"servers": ["quic+local://dns.adguard.com"]}),
             "dns.servers[0]",
         ),

@@ -8,24 +8,27 @@ use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
 use super::{Loop, Sniffed, Sniffers, Sniffing, Step, MAX_SNIFF, SNIFF_WINDOW};
+use crate::app::dns::fake::FakeDns;
 use crate::proxy::Session;
 use crate::transport::{prefixed::Prefixed, BoxStream};
 
 /// Applies a sniffing result to the session: the protocol (and HTTP attributes) always; the
-/// domain as the new destination, or only as the route target with `routeOnly`.
-pub fn apply(cfg: &Sniffing, session: &mut Session, mut found: Sniffed) {
-    if cfg.overrides(&found, &session.dest) {
-        if cfg.route_only {
+/// domain as the new destination, or only as the route target with `routeOnly` (never for a
+/// FakeDNS name or address, which always replace the destination).
+pub fn apply(cfg: &Sniffing, session: &mut Session, mut found: Sniffed, in_pool: bool) {
+    if cfg.overrides(&found, &session.dest, in_pool) {
+        if cfg.route_only && !found.fake_domain && !in_pool {
             found.route_target = true;
         } else {
             session.dest = Sniffing::new_dest(&found, &session.dest);
         }
     }
     tracing::debug!(
-        "[{}] sniffed {} {:?}{}",
+        "[{}] sniffed {} {:?}{}{}",
         session.inbound_tag,
         found.protocol,
         found.domain,
+        if found.fake_domain { " (fakedns)" } else { "" },
         if found.route_target {
             " (route only)"
         } else {
@@ -36,8 +39,17 @@ pub fn apply(cfg: &Sniffing, session: &mut Session, mut found: Sniffed) {
 }
 
 /// Sniffs a stream's first bytes; returns the stream with those bytes put back in front.
-pub async fn stream(cfg: &Sniffing, session: &mut Session, mut s: BoxStream) -> BoxStream {
+pub async fn stream(
+    cfg: &Sniffing,
+    fake: Option<&FakeDns>,
+    session: &mut Session,
+    mut s: BoxStream,
+) -> BoxStream {
+    let (fake_name, in_pool) = Sniffing::fake_name(fake, &session.dest);
     if cfg.metadata_only {
+        if let Some(f) = Sniffing::join(None, fake_name) {
+            apply(cfg, session, f, in_pool);
+        }
         return s;
     }
     let start = Instant::now();
@@ -66,8 +78,8 @@ pub async fn stream(cfg: &Sniffing, session: &mut Session, mut s: BoxStream) -> 
             Step::More => {}
         }
     };
-    if let Some(f) = found {
-        apply(cfg, session, f);
+    if let Some(f) = Sniffing::join(found, fake_name) {
+        apply(cfg, session, f, in_pool);
     }
     if len == 0 {
         return s;
@@ -81,6 +93,7 @@ pub async fn stream(cfg: &Sniffing, session: &mut Session, mut s: BoxStream) -> 
 /// every datagram read, in order, to be sent as they came.
 pub async fn datagrams<T, F, Fut>(
     cfg: &Sniffing,
+    fake: Option<&FakeDns>,
     session: &mut Session,
     first: T,
     payload: impl Fn(&T) -> &[u8],
@@ -91,7 +104,11 @@ where
     Fut: std::future::Future<Output = Option<T>>,
 {
     let mut got = vec![first];
+    let (fake_name, in_pool) = Sniffing::fake_name(fake, &session.dest);
     if cfg.metadata_only {
+        if let Some(f) = Sniffing::join(None, fake_name) {
+            apply(cfg, session, f, in_pool);
+        }
         return got;
     }
     let start = Instant::now();
@@ -101,11 +118,12 @@ where
     loop {
         let step = l.step(&joined, fresh, start.elapsed() < SNIFF_WINDOW);
         match step {
-            Step::Done(Some(f)) => {
-                apply(cfg, session, f);
+            Step::Done(r) => {
+                if let Some(f) = Sniffing::join(r, fake_name) {
+                    apply(cfg, session, f, in_pool);
+                }
                 return got;
             }
-            Step::Done(None) => return got,
             Step::More => {}
         }
         let left = SNIFF_WINDOW.saturating_sub(start.elapsed());

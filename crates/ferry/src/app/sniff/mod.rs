@@ -10,6 +10,7 @@ pub mod tls;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::app::dns::fake::FakeDns;
 use crate::app::router::{DomainSet, IpSet};
 use crate::common::{Address, Destination};
 use crate::config::reader::{self, ConfigError, Obj, Result};
@@ -193,8 +194,9 @@ impl Sniffing {
         Ok(enabled.then_some(s))
     }
 
-    /// Whether `found` replaces the destination `dest` (routing.md §3.2 step 5).
-    pub fn overrides(&self, found: &Sniffed, dest: &Destination) -> bool {
+    /// Whether `found` replaces the destination `dest` (routing.md §3.2 step 5); `in_pool`:
+    /// `dest` is a FakeDNS address.
+    pub fn overrides(&self, found: &Sniffed, dest: &Destination, in_pool: bool) -> bool {
         if found.domain.is_empty() {
             return false;
         }
@@ -210,10 +212,46 @@ impl Sniffing {
                 return false;
             }
         }
-        let p = found.protocol;
-        self.dest_override
-            .iter()
-            .any(|o| p.starts_with(o) || o.starts_with(p))
+        // The protocol that gave the domain.
+        let p = if found.fake_domain {
+            "fakedns"
+        } else {
+            found.protocol
+        };
+        self.dest_override.iter().any(|o| {
+            p.starts_with(o)
+                || o.starts_with(p)
+                // "The fake DNS missed": a pool address whose name is gone takes the content's.
+                || (*o == "fakedns" && in_pool && p != "bittorrent")
+        })
+    }
+
+    /// The metadata sniffer (routing.md §3.7): the name FakeDNS gave `dest`, if any, and
+    /// whether `dest` is a pool address at all.
+    pub fn fake_name(fake: Option<&FakeDns>, dest: &Destination) -> (Option<String>, bool) {
+        match (fake, dest.addr.ip()) {
+            (Some(f), Some(ip)) if f.contains(ip) => (f.name_of(ip), true),
+            _ => (None, false),
+        }
+    }
+
+    /// Joins the content sniffers' result and FakeDNS's name (§3.2 step 3): the name from
+    /// FakeDNS, the protocol from the content when it found one.
+    pub fn join(content: Option<Sniffed>, fake: Option<String>) -> Option<Sniffed> {
+        match (content, fake) {
+            (c, None) => c,
+            (Some(mut c), Some(name)) => {
+                c.domain = name;
+                c.fake_domain = true;
+                Some(c)
+            }
+            (None, Some(name)) => Some(Sniffed {
+                protocol: "fakedns",
+                domain: name,
+                fake_domain: true,
+                ..Default::default()
+            }),
+        }
     }
 
     /// The destination the domain gives (an IP-literal name becomes an IP; the port stays).
