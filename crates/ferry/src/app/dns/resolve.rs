@@ -249,6 +249,10 @@ impl Dns {
             Transport::Localhost => {
                 return Ok((system(name, fam).await, Duration::from_secs(60)));
             }
+            Transport::Doh(d) => {
+                let r = d.query(name, qtype, s.client_ip, s.timeout).await?;
+                return Ok(addresses_and_ttl(r));
+            }
             Transport::Udp(h, p) => (h, *p, false),
             Transport::Tcp(h, p) => (h, *p, true),
         };
@@ -262,12 +266,17 @@ impl Dns {
             udp_exchange(addr, &q, id).await?
         };
         let r = message::parse_reply(&reply, id).map_err(io::Error::other)?;
-        let ttl = match r.ttl {
-            Some(t) if !r.ips.is_empty() => Duration::from_secs(u64::from(t.max(1))),
-            _ => NEGATIVE_TTL,
-        };
-        Ok((r.ips, ttl))
+        Ok(addresses_and_ttl(r))
     }
+}
+
+/// The addresses of a reply and how long to keep them.
+fn addresses_and_ttl(r: message::Reply) -> (Vec<IpAddr>, Duration) {
+    let ttl = match r.ttl {
+        Some(t) if !r.ips.is_empty() => Duration::from_secs(u64::from(t.max(1))),
+        _ => NEGATIVE_TTL,
+    };
+    (r.ips, ttl)
 }
 
 /// Keeps what the server's `expectedIPs` allow and drops what `unexpectedIPs` name; in prefer
