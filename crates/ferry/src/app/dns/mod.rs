@@ -3,15 +3,20 @@
 //! `IPIfNonMatch` / `IPOnDemand` resolve through it.
 //!
 //! Servers: plain UDP (`8.8.8.8`, `8.8.8.8:53`, `udp://…`, a host name), TCP (`tcp://`,
-//! `tcp+local://`) and `localhost` (the system resolver). DNS over HTTPS/QUIC, `fakedns` and
-//! parallel queries are a config error naming them ("not yet"). Queries go out directly, not
-//! through routing (a `tag` is accepted with a warning).
+//! `tcp+local://`), DNS over HTTPS (`https://`, `https+local://`, and in clear `h2c://`,
+//! `h2c+local://`: [`doh`]), `localhost` (the system resolver) and `fakedns` ([`fake`], for
+//! the `dns` outbound only). DNS over QUIC and parallel queries are a config error naming them
+//! ("not yet"). Queries go out directly, not through routing (a `tag` is accepted with a warning): in Xray `+local` means "not through
+//! routing", so here `tcp://` and `tcp+local://`, `https://` and `https+local://`, `h2c://`
+//! and `h2c+local://` behave the same.
 
+pub mod doh;
 pub mod fake;
 pub mod message;
 mod resolve;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -61,6 +66,8 @@ pub enum Transport {
     Udp(String, u16),
     /// TCP with the two-byte length prefix.
     Tcp(String, u16),
+    /// DNS over HTTPS, or over h2c (one connection per server, shared by its clones).
+    Doh(Arc<doh::Doh>),
     /// The system resolver.
     Localhost,
     /// The fake pools (answers only the `dns` outbound's lookups).
@@ -103,7 +110,8 @@ pub struct HostRule {
     pub value: HostValue,
 }
 
-const NOT_YET: &str = "is not supported yet (Ferry's dns has UDP, TCP and localhost servers)";
+const NOT_YET: &str =
+    "is not supported yet (Ferry's dns has UDP, TCP, DoH, h2c, localhost and fakedns servers)";
 
 fn parse_host_port(s: &str, default: u16, path: &str) -> Result<(String, u16)> {
     let bad = || ConfigError::new(path, format!("{s:?} is not host[:port]"));
@@ -130,8 +138,8 @@ fn parse_address(s: &str, port: Option<u16>, path: &str) -> Result<Transport> {
         return Ok(Transport::Localhost);
     }
     if let Some((scheme, _)) = lower.split_once("://") {
-        let rest = &s[scheme.len() + 3..];
-        let rest = rest.split('/').next().unwrap_or(rest);
+        let url = &s[scheme.len() + 3..];
+        let rest = url.split('/').next().unwrap_or(url);
         return match scheme {
             "udp" => {
                 let (h, p) = parse_host_port(rest, 53, path)?;
@@ -141,6 +149,9 @@ fn parse_address(s: &str, port: Option<u16>, path: &str) -> Result<Transport> {
                 let (h, p) = parse_host_port(rest, 53, path)?;
                 Ok(Transport::Tcp(h, p))
             }
+            "https" | "https+local" | "h2c" | "h2c+local" => Ok(Transport::Doh(Arc::new(
+                doh::Doh::parse(url, scheme.starts_with("https"), path)?,
+            ))),
             _ => Err(ConfigError::new(
                 path,
                 format!("{s:?}: {scheme}:// {NOT_YET}"),

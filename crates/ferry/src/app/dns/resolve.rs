@@ -398,6 +398,10 @@ impl Dns {
             Transport::Fake => {
                 return Err(io::Error::other("fakedns is not asked on the wire"));
             }
+            Transport::Doh(d) => {
+                let r = d.query(name, qtype, s.client_ip, s.timeout).await?;
+                return Ok(addresses_and_ttl(r));
+            }
             Transport::Udp(h, p) => (h, *p, false),
             Transport::Tcp(h, p) => (h, *p, true),
         };
@@ -411,12 +415,17 @@ impl Dns {
             udp_exchange(addr, &q, id).await?
         };
         let r = message::parse_reply(&reply, id).map_err(io::Error::other)?;
-        let ttl = match r.ttl {
-            Some(t) if !r.ips.is_empty() => Duration::from_secs(u64::from(t.max(1))),
-            _ => NEGATIVE_TTL,
-        };
-        Ok((r.ips, ttl, r.rcode))
+        Ok(addresses_and_ttl(r))
     }
+}
+
+/// The addresses of a reply and how long to keep them.
+fn addresses_and_ttl(r: message::Reply) -> (Vec<IpAddr>, Duration, u8) {
+    let ttl = match r.ttl {
+        Some(t) if !r.ips.is_empty() => Duration::from_secs(u64::from(t.max(1))),
+        _ => NEGATIVE_TTL,
+    };
+    (r.ips, ttl, r.rcode)
 }
 
 /// Keeps what the server's `expectedIPs` allow and drops what `unexpectedIPs` name; in prefer

@@ -251,12 +251,12 @@ fn addresses_and_not_yet_forms() {
     assert_eq!(t[7], &Transport::Udp("1.0.0.1".into(), 5300));
     for (bad, path) in [
         (
-            json!({"servers": ["https://1.1.1.1/dns-query"]}),
+            json!({"servers": ["quic+local://dns.adguard.com"]}),
             "dns.servers[0]",
         ),
         (
-            json!({"servers": ["quic+local://dns.adguard.com"]}),
-            "dns.servers[0]",
+            json!({"servers": ["8.8.8.8", {"address": "quic://dns.adguard.com"}]}),
+            "dns.servers[1].address",
         ),
     ] {
         let e = dns(bad).unwrap_err();
