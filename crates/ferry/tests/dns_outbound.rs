@@ -6,6 +6,7 @@
 //! The `rules` form (Xray v26.4.25+, newer than the peer) is checked against Ferry alone.
 
 mod common;
+mod route_helpers;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -176,6 +177,20 @@ impl Client {
     }
 }
 
+/// Asks Xray, once more on a new connection when it does not answer or answers with less than
+/// a header: Xray v26.3.27 over TCP sometimes never answers a hijacked query or writes an empty
+/// message (seen here: 7 of 1600 queries from 8 parallel clients, 0 of 1600 for Ferry; both
+/// counted with the same script). Ferry is never asked twice.
+fn ask_xray(c: &mut Client, tcp: bool, port: u16, q: &[u8], wait: Duration) -> Option<Vec<u8>> {
+    match c.ask(q, wait) {
+        Some(r) if r.len() >= 12 => Some(r),
+        _ => {
+            *c = Client::new(tcp, port);
+            c.ask(q, wait)
+        }
+    }
+}
+
 /// An answer record: type, TTL, data.
 type Record = (u16, u32, Vec<u8>);
 
@@ -184,6 +199,7 @@ type Case<'a> = (&'a str, u16, Option<(u8, usize)>);
 
 /// The rcode and answers of a reply, and the reply with its TTLs zeroed.
 fn read_reply(r: &[u8]) -> (u8, Vec<Record>, Vec<u8>) {
+    assert!(r.len() >= 12, "a reply shorter than a header: {r:?}");
     let mut masked = r.to_vec();
     let an = u16::from_be_bytes([r[6], r[7]]);
     let mut i = 12;
@@ -222,7 +238,7 @@ fn compare(settings: &str, cases: &[Case<'_>]) {
         for (i, (name, qtype, want)) in cases.iter().enumerate() {
             let q = query(0x4000 + i as u16, name, *qtype);
             let wait = Duration::from_millis(if want.is_some() { 5000 } else { 1500 });
-            let (fr, xr) = (fc.ask(&q, wait), xc.ask(&q, wait));
+            let (fr, xr) = (fc.ask(&q, wait), ask_xray(&mut xc, tcp, xp, &q, wait));
             let what = format!(
                 "{name} type {qtype} over {}",
                 if tcp { "tcp" } else { "udp" }
@@ -451,4 +467,87 @@ fn bad_messages_are_dropped_and_the_session_goes_on() {
     let out = f.output();
     assert!(!out.contains("panicked"), "{out}");
     assert!(out.contains("without a readable question"), "{out}");
+}
+
+/// FakeDNS as a TUN-less client runs it: the dns outbound answers A from the pool (TTL 1, no
+/// AAAA from a v4-only pool), and a SOCKS connection to the fake address, sniffed with
+/// `fakedns` (metadata only, routeOnly on: a fake name still replaces the destination), is
+/// routed by the name; a pool address no name holds is not. Ferry and Xray on the same config.
+#[test]
+fn fakedns_names_come_back_through_sniffing_like_xray() {
+    let fake = route_helpers::sink("fake");
+    let other = route_helpers::sink("other");
+    let cfg = |dns: u16, socks: u16| {
+        format!(
+            r#"{{
+  "log": {{"loglevel": "debug"}},
+  "dns": {{"servers": ["fakedns"]}},
+  "fakedns": {{"ipPool": "198.18.0.0/16", "poolSize": 1000}},
+  "inbounds": [
+    {{"tag": "dns-in", "listen": "127.0.0.1", "port": {dns}, "protocol": "dokodemo-door",
+      "settings": {{"address": "127.0.0.1", "port": 53, "network": "tcp,udp"}}}},
+    {{"tag": "socks-in", "listen": "127.0.0.1", "port": {socks}, "protocol": "socks",
+      "sniffing": {{"enabled": true, "destOverride": ["fakedns"], "metadataOnly": true, "routeOnly": true}}}}],
+  "outbounds": [{}, {},
+                {{"protocol": "dns", "tag": "dns-out"}}],
+  "routing": {{"rules": [{{"type": "field", "inboundTag": ["dns-in"], "outboundTag": "dns-out"}},
+                         {{"type": "field", "domain": ["full:fake.test"], "outboundTag": "fake"}}]}}
+}}"#,
+            route_helpers::to_sink("other", other.port),
+            route_helpers::to_sink("fake", fake.port)
+        )
+    };
+    let (fd, fs, xd, xs) = (free_port(), free_port(), free_port(), free_port());
+    let f = ferry(&cfg(fd, fs), &[fd, fs]);
+    let x = spawn_with_config(
+        &peer("xray"),
+        "xray",
+        &cfg(xd, xs),
+        &["run", "-c", "{config}"],
+    );
+    wait_listening(xd, &x);
+    wait_listening(xs, &x);
+    for (who, dns, socks, logs) in [("ferry", fd, fs, &f), ("xray", xd, xs, &x)] {
+        for tcp in [false, true] {
+            let mut c = Client::new(tcp, dns);
+            let w = Duration::from_secs(5);
+            let mut ask = |q: &[u8]| {
+                if who == "xray" {
+                    ask_xray(&mut c, tcp, dns, q, w)
+                } else {
+                    c.ask(q, w)
+                }
+            };
+            let r = ask(&query(9, "fake.test", A))
+                .unwrap_or_else(|| panic!("{who}: no answer\n{}", logs.output()));
+            let (rc, an, _) = read_reply(&r);
+            assert_eq!((rc, an.len()), (0, 1), "{who}: {r:?}");
+            let (ty, ttl, ip) = &an[0];
+            assert_eq!((*ty, *ttl), (A, 1), "{who}");
+            assert_eq!(&ip[..2], &[198, 18], "{who}: {ip:?}");
+            let r = ask(&query(10, "fake.test", AAAA));
+            let r =
+                r.unwrap_or_else(|| panic!("{who} tcp {tcp}: no AAAA answer\n{}", logs.output()));
+            let (rc, an, _) = read_reply(&r);
+            assert_eq!((rc, an.len()), (0, 0), "{who}: AAAA from a v4 pool");
+            // The name keeps its address.
+            let r = ask(&query(11, "fake.test", A));
+            let r =
+                r.unwrap_or_else(|| panic!("{who} tcp {tcp}: no second answer\n{}", logs.output()));
+            let again = read_reply(&r).1;
+            assert_eq!(&again[0].2, ip, "{who}");
+            let addr = format!("{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]);
+            let line = route_helpers::socks_line(socks, "127.0.0.1", &addr, 443, b"x")
+                .unwrap_or_else(|e| panic!("{who}: {e}\n{}", logs.output()));
+            assert_eq!(
+                line,
+                "fake",
+                "{who}: {addr} should be fake.test\n{}",
+                logs.output()
+            );
+            let unheld = format!("{}.{}.{}.{}", ip[0], ip[1], ip[2] ^ 0x80, ip[3]);
+            let line = route_helpers::socks_line(socks, "127.0.0.1", &unheld, 443, b"x").unwrap();
+            assert_eq!(line, "other", "{who}: {unheld} has no name");
+        }
+    }
 }
