@@ -228,6 +228,51 @@ fn sniffed_quic_routes_a_socks_udp_session() {
     assert!(buf[..n].ends_with(b"a"), "{}", f.output());
 }
 
+/// The same on a dokodemo-door's UDP: each client's first datagrams are sniffed before its
+/// session is routed.
+#[test]
+fn sniffed_quic_routes_a_dokodemo_udp_session() {
+    let (a, b) = (udp_sink("a"), udp_sink("b"));
+    let port = free_port();
+    let cfg = format!(
+        r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
+              "settings":{{"address":"{}","port":{},"network":"udp"}},
+              "sniffing":{{"enabled":true,"destOverride":["quic"]}}}}],
+            "outbounds":[{{"tag":"a","protocol":"freedom"}},
+                         {{"tag":"b","protocol":"freedom","settings":{{"redirect":"{}"}}}}],
+            "routing":{{"rules":[{{"domain":["full:quic.example"],"protocol":["quic"],"outboundTag":"b"}}]}}}}"#,
+        a.addr.ip(),
+        a.addr.port(),
+        b.addr
+    );
+    let f = ferry(&cfg, &[]);
+    let hello = client_hello("quic.example")[5..].to_vec();
+    let initial =
+        ferry::app::sniff::quic::build_initial(1, &[1, 2, 3, 4, 5, 6, 7, 8], 0, &hello, 1200)
+            .unwrap();
+    let ask = |payload: &[u8]| {
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut buf = vec![0u8; 2048];
+        // The inbound may not be bound yet: send again until an answer comes.
+        for _ in 0..20 {
+            u.send_to(payload, ("127.0.0.1", port)).unwrap();
+            if let Ok((n, _)) = u.recv_from(&mut buf) {
+                return String::from_utf8_lossy(&buf[..n]).into_owned();
+            }
+        }
+        panic!("no answer through the dokodemo\n{}", f.output());
+    };
+    assert_eq!(ask(&initial), "b", "{}", f.output());
+    assert_eq!(
+        b.got.lock().unwrap()[0],
+        initial,
+        "the Initial reached the server untouched"
+    );
+    assert_eq!(ask(b"not quic at all"), "a", "{}", f.output());
+}
+
 fn proxy_udp(
     port: u16,
 ) -> (

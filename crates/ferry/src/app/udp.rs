@@ -36,6 +36,9 @@ pub struct UdpNat {
     reply: Arc<dyn UdpReply>,
     idle: Duration,
     inbound: Arc<Traffic>,
+    /// The inbound's `sniffing`: each session's first datagrams are sniffed (QUIC, FakeDNS)
+    /// before it is routed.
+    sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 }
 
 impl UdpNat {
@@ -44,6 +47,7 @@ impl UdpNat {
         reply: Arc<dyn UdpReply>,
         idle: Duration,
         inbound: Arc<Traffic>,
+        sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
     ) -> Arc<UdpNat> {
         Arc::new(UdpNat {
             sessions: Mutex::new(HashMap::new()),
@@ -52,6 +56,7 @@ impl UdpNat {
             reply,
             idle,
             inbound,
+            sniffing,
         })
     }
 
@@ -122,10 +127,50 @@ impl UdpNat {
     async fn run(
         &self,
         client: SocketAddr,
-        session: Session,
+        mut session: Session,
         mut rx: mpsc::Receiver<(Bytes, Destination)>,
     ) -> io::Result<()> {
+        // Sniffed datagrams wait here until the session is routed; then they go out in order,
+        // those to the first destination where sniffing pointed it.
+        let mut early: Vec<(Bytes, Destination)> = Vec::new();
+        if let Some(cfg) = &self.sniffing {
+            let Some(first) = rx.recv().await else {
+                return Ok(());
+            };
+            let dest = first.1.clone();
+            session.dest = dest.clone();
+            let router = self.dispatcher.router.load();
+            let fake = router.dns.as_deref().and_then(|x| x.fake());
+            let queue = tokio::sync::Mutex::new(rx);
+            let q = &queue;
+            early = crate::app::sniff::io::datagrams(
+                cfg,
+                fake,
+                &mut session,
+                first,
+                |d: &(Bytes, Destination)| &d.0[..],
+                |left| async move {
+                    let mut rx = q.lock().await;
+                    tokio::time::timeout(left, rx.recv()).await.ok().flatten()
+                },
+            )
+            .await;
+            rx = queue.into_inner();
+            for f in early.iter_mut().filter(|f| f.1 == dest) {
+                f.1 = session.dest.clone();
+            }
+        }
         let (pc, counters, _tag) = self.dispatcher.open_udp(&session, &self.inbound).await?;
+        for (data, dest) in early {
+            match pc.send_to(&data, &dest).await {
+                Ok(()) => {
+                    for c in &counters.up {
+                        c.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => tracing::debug!("udp {client} -> {dest}: {e}"),
+            }
+        }
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let idle = tokio::time::sleep(self.idle);
         tokio::pin!(idle);

@@ -189,6 +189,7 @@ impl InboundHandler for Dokodemo {
             Arc::new(Reply(socket.clone())),
             idle,
             ctx.traffic.clone(),
+            ctx.sniffing.clone(),
         );
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {

@@ -61,6 +61,7 @@ impl<'a> UdpServer<'a> {
             reply.clone(),
             idle,
             ctx.traffic.clone(),
+            ctx.sniffing.clone(),
         );
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut scratch = Vec::new();

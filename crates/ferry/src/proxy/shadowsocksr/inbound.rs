@@ -212,6 +212,7 @@ impl InboundHandler for Inbound {
             reply.clone(),
             idle,
             ctx.traffic.clone(),
+            ctx.sniffing.clone(),
         );
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {
