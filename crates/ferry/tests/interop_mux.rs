@@ -6,6 +6,7 @@
 
 mod common;
 mod proxy_clients;
+mod route_helpers;
 use common::*;
 use proxy_clients::{socks5_udp, udp_packet};
 use std::io::{Read, Write};
@@ -409,4 +410,54 @@ fn a_bad_frame_closes_only_its_connection() {
     let log = chain.server_log();
     assert_eq!(count(&log, "bad frame"), 3, "{log}");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// The server inbound's sniffing applies to each Mux sub-connection as to a connection of its
+/// own: an Xray client muxes a CONNECT to an IP, the HTTP request inside names a host, and
+/// Ferry's server routes that sub-connection by it (`destOverride` http).
+#[test]
+fn xray_mux_sub_connections_are_sniffed_by_ferry() {
+    let sniffed = route_helpers::sink("sniffed");
+    let other = route_helpers::sink("other");
+    let (entry, sport) = (free_port(), free_port());
+    let server_in = server_in(Proto::Vless, sport).replace(
+        r#""tag":"in","#,
+        r#""tag":"in","sniffing":{"enabled":true,"destOverride":["http"]},"#,
+    );
+    let server = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{server_in}],
+            "outbounds":[{},{}],
+            "routing":{{"rules":[{{"type":"field","domain":["full:mux.example"],"outboundTag":"sniffed"}}]}}}}"#,
+        route_helpers::to_sink("other", other.port),
+        route_helpers::to_sink("sniffed", sniffed.port)
+    );
+    let s = start(Side::Ferry, &server, &[sport]);
+    let c = start(
+        Side::Xray,
+        &config(
+            "",
+            &[socks_in(entry)],
+            &client_out(Proto::Vless, sport, r#"{"enabled":true,"concurrency":8}"#),
+        ),
+        &[entry],
+    );
+    let req = b"GET / HTTP/1.1\r\nHost: mux.example\r\n\r\n";
+    for _ in 0..3 {
+        let line = route_helpers::socks_line(entry, "127.0.0.1", "127.0.0.1", 80, req)
+            .unwrap_or_else(|e| panic!("{e}\n{}\n{}", s.output(), c.output()));
+        assert_eq!(line, "sniffed", "{}", s.output());
+    }
+    let line = route_helpers::socks_line(entry, "127.0.0.1", "127.0.0.1", 80, b"hello\n").unwrap();
+    assert_eq!(line, "other", "{}", s.output());
+    assert!(s.output().contains("Mux.Cool"), "not muxed\n{}", s.output());
+    assert_eq!(
+        sniffed
+            .got
+            .lock()
+            .unwrap()
+            .first()
+            .map(|g| g.starts_with(req)),
+        Some(true),
+        "the sniffed request reached the sink untouched"
+    );
 }

@@ -205,8 +205,14 @@ impl Dispatcher {
                 .await
             }
             Accepted::Mux(session, stream) => {
-                crate::app::mux::serve(ctx.dispatcher.clone(), session, stream, ctx.traffic.clone())
-                    .await
+                crate::app::mux::serve(
+                    ctx.dispatcher.clone(),
+                    session,
+                    stream,
+                    ctx.traffic.clone(),
+                    ctx.sniffing.clone(),
+                )
+                .await
             }
             Accepted::Fallback(stream, fb) => self.fall_back(stream, &fb, ctx).await,
             Accepted::Done => Ok(()),

@@ -24,11 +24,13 @@ pub const IDLE_CLOSE: Duration = Duration::from_secs(60);
 /// Serves the Mux.Cool connection `stream` (positioned after the protocol header) to its end.
 /// `conn` is the connection's session: its inbound, source and user go to every sub-session;
 /// its network UDP says the connection may open UDP sessions only (Vision users, as Xray).
+/// `sniffing` (the inbound's) is applied to each sub-session as to a connection of its own.
 pub async fn serve(
     d: Arc<Dispatcher>,
     conn: Session,
     stream: BoxStream,
     inbound: Arc<Traffic>,
+    sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 ) -> io::Result<()> {
     let (link, rx) = Link::new(None);
     let (r, w) = tokio::io::split(stream);
@@ -45,6 +47,7 @@ pub async fn serve(
         conn,
         link: link.clone(),
         inbound,
+        sniffing,
     };
     // Reader and writer run in this one task: a stream's halves may share one waker slot per
     // direction (VMess drains its writes from reads), which two tasks would fight over.
@@ -73,6 +76,7 @@ struct Server {
     d: Arc<Dispatcher>,
     conn: Session,
     link: Arc<Link>,
+    sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
     inbound: Arc<Traffic>,
 }
 
@@ -113,7 +117,7 @@ impl Server {
         let mut s = self.conn.clone();
         s.dest = dest.clone();
         s.network = network;
-        let (d, inbound) = (self.d.clone(), self.inbound.clone());
+        let (d, inbound, sniffing) = (self.d.clone(), self.inbound.clone(), self.sniffing.clone());
         match network {
             Network::Tcp if self.conn.network == Network::Udp => {
                 // A Vision user's Mux carries UDP only (as Xray: TCP goes through Vision).
@@ -133,7 +137,13 @@ impl Server {
                     self.link.deliver(&Meta::keep(meta.id, None), data).await;
                 }
                 tokio::spawn(async move {
-                    let _ = d.dispatch_tcp(s, Box::new(stream), &inbound).await;
+                    let mut stream: BoxStream = Box::new(stream);
+                    if let Some(cfg) = &sniffing {
+                        let router = d.router.load();
+                        let fake = router.dns.as_deref().and_then(|x| x.fake());
+                        stream = crate::app::sniff::io::stream(cfg, fake, &mut s, stream).await;
+                    }
+                    let _ = d.dispatch_tcp(s, stream, &inbound).await;
                 });
             }
             Network::Udp => {
@@ -150,8 +160,10 @@ impl Server {
                 }
                 tokio::spawn(async move {
                     let tag = s.inbound_tag.clone();
+                    let sniff = sniffing.as_deref();
                     if let Err(e) =
-                        crate::app::udp::serve_packets(&d, s, Box::new(p), &inbound).await
+                        crate::app::udp::serve_packets_sniffed(&d, s, Box::new(p), &inbound, sniff)
+                            .await
                     {
                         tracing::debug!("[{tag}] mux udp session {} ended: {e}", meta.id);
                     }

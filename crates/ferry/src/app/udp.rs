@@ -200,17 +200,8 @@ impl UdpNat {
 /// Serves the datagrams one inbound connection carries (VMess UDP, SOCKS UDP ASSOCIATE):
 /// the first datagram's destination routes the session, then datagrams flow both ways
 /// through one outbound packet channel until the client is done or the level's idle time
-/// passes without traffic.
-pub async fn serve_packets(
-    d: &Dispatcher,
-    session: Session,
-    client: Box<dyn PacketConn>,
-    inbound: &Traffic,
-) -> io::Result<()> {
-    serve_packets_sniffed(d, session, client, inbound, None).await
-}
-
-/// [`serve_packets`], sniffing the first datagrams (QUIC) when the inbound asks.
+/// passes without traffic. With `sniffing`, the first datagrams are sniffed (QUIC, FakeDNS)
+/// before the session is routed.
 pub async fn serve_packets_sniffed(
     d: &Dispatcher,
     mut session: Session,
