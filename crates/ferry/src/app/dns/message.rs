@@ -158,16 +158,26 @@ pub fn parse_reply(b: &[u8], id: u16) -> Result<Reply, MsgError> {
 pub fn answer(q: &[u8], rcode: u8, ips: &[IpAddr], ttl: u32) -> Option<Vec<u8>> {
     let qend = skip_name(q, 12).ok()? + 4;
     let qtype = be16(q, qend - 4).ok()?;
-    let picked: Vec<&IpAddr> = ips
-        .iter()
-        .filter(|ip| matches!((qtype, ip), (A, IpAddr::V4(_)) | (AAAA, IpAddr::V6(_))))
-        .collect();
+    let picked = of_type(qtype, ips);
     let mut m = q.get(..qend)?.to_vec();
     m[2] = 0x81 | (q[2] & 0x01);
     m[3] = 0x80 | (rcode & 0x0f);
     m[6..8].copy_from_slice(&(picked.len() as u16).to_be_bytes());
     m[8..12].copy_from_slice(&[0, 0, 0, 0]);
-    for ip in picked {
+    put_answers(&mut m, qtype, &picked, ttl);
+    Some(m)
+}
+
+/// The addresses of the asked type, in the order given.
+fn of_type(qtype: u16, ips: &[IpAddr]) -> Vec<&IpAddr> {
+    ips.iter()
+        .filter(|ip| matches!((qtype, ip), (A, IpAddr::V4(_)) | (AAAA, IpAddr::V6(_))))
+        .collect()
+}
+
+/// Appends one answer record per address, its name a pointer to the question's (offset 12).
+fn put_answers(m: &mut Vec<u8>, qtype: u16, ips: &[&IpAddr], ttl: u32) {
+    for ip in ips {
         m.extend_from_slice(&[0xc0, 12]);
         m.extend_from_slice(&qtype.to_be_bytes());
         m.extend_from_slice(&[0, 1]);
@@ -183,7 +193,6 @@ pub fn answer(q: &[u8], rcode: u8, ips: &[IpAddr], ttl: u32) -> Option<Vec<u8>> 
             }
         }
     }
-    Some(m)
 }
 
 /// The name and type a query asks (for servers answering in tests, and the dns outbound).
@@ -261,10 +270,7 @@ pub fn parse_query(b: &[u8]) -> Option<Query> {
 /// address of the asked type (A for IPv4, AAAA for IPv6; others skipped) with `ttl`, its name
 /// a pointer to the question's.
 pub fn reply(q: &Query, rcode: u8, ips: &[IpAddr], ttl: u32) -> Vec<u8> {
-    let picked: Vec<&IpAddr> = ips
-        .iter()
-        .filter(|ip| matches!((q.qtype, ip), (A, IpAddr::V4(_)) | (AAAA, IpAddr::V6(_))))
-        .collect();
+    let picked = of_type(q.qtype, ips);
     let mut m = Vec::with_capacity(12 + q.wire_name.len() + 4 + picked.len() * 28);
     m.extend_from_slice(&q.id.to_be_bytes());
     m.extend_from_slice(&(0x8580u16 | u16::from(rcode & 0x0f)).to_be_bytes());
@@ -274,22 +280,7 @@ pub fn reply(q: &Query, rcode: u8, ips: &[IpAddr], ttl: u32) -> Vec<u8> {
     m.extend_from_slice(&q.wire_name);
     m.extend_from_slice(&q.qtype.to_be_bytes());
     m.extend_from_slice(&[0, 1]);
-    for ip in picked {
-        m.extend_from_slice(&[0xc0, 12]);
-        m.extend_from_slice(&q.qtype.to_be_bytes());
-        m.extend_from_slice(&[0, 1]);
-        m.extend_from_slice(&ttl.to_be_bytes());
-        match ip {
-            IpAddr::V4(a) => {
-                m.extend_from_slice(&4u16.to_be_bytes());
-                m.extend_from_slice(&a.octets());
-            }
-            IpAddr::V6(a) => {
-                m.extend_from_slice(&16u16.to_be_bytes());
-                m.extend_from_slice(&a.octets());
-            }
-        }
-    }
+    put_answers(&mut m, q.qtype, &picked, ttl);
     m
 }
 
