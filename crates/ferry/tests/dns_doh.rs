@@ -219,7 +219,7 @@ fn ip_if_non_match_resolves_through_doh_and_h2c() {
             "outbounds":[{{"protocol":"blackhole","tag":"block"}},
                          {{"protocol":"freedom","tag":"direct","settings":{{"redirect":"127.0.0.1:{}"}}}}],
             "dns":{{"servers":[
-                {{"address":"https://localhost:{}/dns-query","domains":["full:in.example","full:out.example"],"skipFallback":true}},
+                {{"address":"https+local://localhost:{}/dns-query","domains":["full:in.example","full:out.example"],"skipFallback":true}},
                 {{"address":"h2c+local://127.0.0.1:{}/h2c-query","domains":["full:h2c.example"],"skipFallback":true}}]}},
             "routing":{{"domainStrategy":"IPIfNonMatch","rules":[
                 {{"ip":["10.77.0.0/16"],"outboundTag":"direct"}}]}}}}"#,
@@ -307,5 +307,44 @@ fn ip_if_non_match_resolves_through_doh_and_h2c() {
         tls_srv.tls_info.lock().unwrap().clone(),
         vec![(Some("localhost".to_string()), Some("h2".to_string()))]
     );
+    drop(f);
+}
+
+/// A routed DoH server (`h2c://`, no `+local`) is dialed through the outbound routing picks
+/// for the `dns` object's `tag`: its URL names a port nobody listens on, and a freedom
+/// outbound chosen by the tag rule redirects the connection to the real server.
+#[test]
+fn a_routed_doh_server_is_dialed_through_routing() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let srv = rt.block_on(doh_server(None, &[("h2c.example", &["10.77.0.2"])]));
+    let echo = echo_server();
+    let (p, dead) = (free_port(), free_port());
+    let cfg = format!(
+        r#"{{"inbounds":[{}],
+            "outbounds":[{{"protocol":"blackhole","tag":"block"}},
+                         {{"protocol":"freedom","tag":"direct","settings":{{"redirect":"127.0.0.1:{}"}}}},
+                         {{"protocol":"freedom","tag":"to-doh","settings":{{"redirect":"127.0.0.1:{}"}}}}],
+            "dns":{{"tag":"dns-q","servers":[{{"address":"h2c://127.0.0.1:{dead}/q","domains":["full:h2c.example"]}}]}},
+            "routing":{{"domainStrategy":"IPIfNonMatch","rules":[
+                {{"inboundTag":["dns-q"],"outboundTag":"to-doh"}},
+                {{"ip":["10.77.0.0/16"],"outboundTag":"direct"}}]}}}}"#,
+        dokodemo("h2c", p, "h2c.example", 9),
+        echo.port(),
+        srv.port,
+    );
+    let f = ferry(&cfg, &[p]);
+    let data = pattern(4096, 3);
+    let got = try_echo(p, &data);
+    assert!(
+        got.as_deref() == Some(&data[..]),
+        "h2c.example not resolved through the routed DoH server\n{}",
+        f.output()
+    );
+    assert!(srv
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|s| s.name == "h2c.example"));
     drop(f);
 }

@@ -10,9 +10,14 @@ use crate::app::log::AccessLog;
 use crate::app::policy::Policy;
 use crate::app::router::Router;
 use crate::app::stats::Stats;
-use crate::proxy::{Accepted, InboundCtx, InboundHandler, PacketConn, Session};
+use async_trait::async_trait;
+
+use crate::app::dns::Route;
+use crate::common::{Destination, Network};
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, OutboundHandler, PacketConn, Session};
 use crate::registry::{OutboundEntry, Outbounds, Swap};
 use crate::relay::{self, Counters, RelayStats};
+use crate::session::Endpoint;
 use crate::session::Traffic;
 use crate::transport::BoxStream;
 
@@ -68,9 +73,20 @@ impl Dispatcher {
     /// Picks the outbound for a session (awaits only when the domain strategy resolves).
     /// The flag tells whether a routing rule chose it (`false`: the default outbound).
     pub async fn pick(&self, s: &Session) -> io::Result<(Arc<OutboundEntry>, bool)> {
-        let table = self.outbounds.load();
         let router = self.router.load();
-        let routed = match router.route(s).await {
+        let rule = router.route(s).await;
+        self.outbound_for(&router, rule, s)
+    }
+
+    /// The outbound a matched rule (or none: the default) names.
+    fn outbound_for(
+        &self,
+        router: &Router,
+        rule: Option<&crate::app::router::Rule>,
+        s: &Session,
+    ) -> io::Result<(Arc<OutboundEntry>, bool)> {
+        let table = self.outbounds.load();
+        let routed = match rule {
             Some(rule) => {
                 if let Some(t) = &rule.tag {
                     tracing::debug!("[{}] {} matched rule {t}", s.inbound_tag, s.dest);
@@ -357,5 +373,72 @@ impl Dispatcher {
             self.counters(session, inbound, &outbound),
             outbound.tag.clone(),
         ))
+    }
+}
+
+impl Dispatcher {
+    /// Routes a connection of the DNS module (inbound tag `tag`) to `dest` without resolving
+    /// it (the resolver would ask itself), and gives the dialer that carries it: the picked
+    /// outbound, or, when that is a `dns` outbound, its upstream (the module's own queries
+    /// are forwarded, never answered by the outbound: routing.md §4.8).
+    fn dns_dialer(
+        &self,
+        tag: &str,
+        dest: &Destination,
+        network: Network,
+    ) -> io::Result<(Arc<dyn OutboundHandler>, Destination)> {
+        let s = Session {
+            inbound_tag: tag.into(),
+            source: Endpoint::Ip(([0, 0, 0, 0], 0).into()),
+            local: Endpoint::Ip(([0, 0, 0, 0], 0).into()),
+            dest: dest.clone(),
+            network,
+            user: None,
+            protocol: "dns",
+            sniffed: None,
+        };
+        let router = self.router.load();
+        let (outbound, routed) = self.outbound_for(&router, router.route_unresolved(&s), &s)?;
+        self.access.accepted(&s, &outbound.tag, routed);
+        tracing::debug!("dns: query to {dest} over {network} via {}", outbound.tag);
+        Ok(match outbound.handler.dns_forward(dest) {
+            Some(forward) => forward,
+            None => (outbound.handler.clone(), dest.clone()),
+        })
+    }
+}
+
+#[async_trait]
+impl Route for Dispatcher {
+    async fn dial_tcp(&self, tag: &str, dest: &Destination) -> io::Result<BoxStream> {
+        let (d, dest) = self.dns_dialer(tag, dest, Network::Tcp)?;
+        d.dial_tcp(&dest).await
+    }
+
+    async fn dial_udp(&self, tag: &str, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        let (d, to) = self.dns_dialer(tag, dest, Network::Udp)?;
+        let pc = d.dial_udp(&to).await?;
+        if &to == dest {
+            return Ok(pc);
+        }
+        Ok(Box::new(Redirected { pc, to }))
+    }
+}
+
+/// A packet channel whose datagrams go to `to` whatever destination they are sent to (the
+/// `dns` outbound's upstream in place of the server the module asked).
+struct Redirected {
+    pc: Box<dyn PacketConn>,
+    to: Destination,
+}
+
+#[async_trait]
+impl PacketConn for Redirected {
+    async fn send_to(&self, data: &[u8], _dest: &Destination) -> io::Result<()> {
+        self.pc.send_to(data, &self.to).await
+    }
+
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
+        self.pc.recv_from(buf).await
     }
 }

@@ -168,6 +168,12 @@ impl Instance {
             stats: stats.clone(),
             access,
         });
+        // Routed DNS servers are dialed through the dispatcher (a weak handle: the dispatcher
+        // owns the resolver through its router).
+        if let Some(dns) = &cfg.router.dns {
+            let route: Arc<dyn crate::app::dns::Route> = dispatcher.clone();
+            dns.set_route(Arc::downgrade(&route));
+        }
         let core = Arc::new(Core {
             dispatcher,
             stats: stats.clone(),

@@ -611,6 +611,11 @@ impl OutboundHandler for Shared {
         Ok(Box::new(near))
     }
 
+    fn dns_forward(&self, dest: &Destination) -> Option<(Arc<dyn Dialer>, Destination)> {
+        let (to, _) = self.0.upstream_dest(dest, Network::Udp);
+        Some((self.0.dialer.clone(), to))
+    }
+
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
         let (session, replies) = Session::new(self.0.clone(), dest.clone(), Network::Udp);
         Ok(Box::new(DnsPackets {

@@ -257,6 +257,13 @@ pub trait Dialer: Send + Sync + 'static {
     async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream>;
     /// A packet channel; the base dialer connects a UDP socket to `dest`.
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>>;
+
+    /// Where the DNS module's own queries to `dest` go when routing sends them here: `None`
+    /// means through this dialer; the `dns` outbound gives its upstream dialer and address
+    /// (it forwards those queries instead of answering them).
+    fn dns_forward(&self, _dest: &Destination) -> Option<(Arc<dyn Dialer>, Destination)> {
+        None
+    }
 }
 
 /// The bottom of every dialer chain: a TCP connection with socket options, or a unix socket

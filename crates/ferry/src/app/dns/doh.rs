@@ -223,11 +223,12 @@ impl Doh {
         qtype: u16,
         subnet: Option<IpAddr>,
         timeout: Duration,
+        via: Option<(Arc<dyn super::Route>, Arc<str>)>,
     ) -> io::Result<Reply> {
         let q = message::query(0, name, qtype, subnet)
             .and_then(|q| pad_query(q, rand_between(100, 300)))
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
-        let reply = tokio::time::timeout(timeout, self.exchange(q))
+        let reply = tokio::time::timeout(timeout, self.exchange_via(q, via.as_ref()))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "DoH query timed out"))??;
         message::parse_reply(&reply, 0).map_err(io::Error::other)
@@ -235,9 +236,19 @@ impl Doh {
 
     /// Sends one DNS message and returns the server's answer message.
     pub async fn exchange(&self, msg: Vec<u8>) -> io::Result<Vec<u8>> {
+        self.exchange_via(msg, None).await
+    }
+
+    /// [`Doh::exchange`], a new connection dialed through `via` (a route and an inbound tag)
+    /// when one is given.
+    async fn exchange_via(
+        &self,
+        msg: Vec<u8>,
+        via: Option<&(Arc<dyn super::Route>, Arc<str>)>,
+    ) -> io::Result<Vec<u8>> {
         let msg = Bytes::from(msg);
         for attempt in 0..2 {
-            let (mut send, usage, fresh) = self.connection().await?;
+            let (mut send, usage, fresh) = self.connection(via).await?;
             let _busy = Busy::new(&usage);
             let sent = async {
                 send.ready().await?;
@@ -293,7 +304,10 @@ impl Doh {
     }
 
     /// The live connection, or a new one (`true` when new).
-    async fn connection(&self) -> io::Result<(Sender, Arc<Use>, bool)> {
+    async fn connection(
+        &self,
+        via: Option<&(Arc<dyn super::Route>, Arc<str>)>,
+    ) -> io::Result<(Sender, Arc<Use>, bool)> {
         let mut live = self.live.lock().await;
         if let Some(l) = live.as_ref() {
             if !l.send.is_closed() {
@@ -301,7 +315,7 @@ impl Doh {
             }
         }
         *live = None;
-        let l = self.dial().await?;
+        let l = self.dial(via).await?;
         let out = (l.send.clone(), l.usage.clone(), true);
         *live = Some(l);
         Ok(out)
@@ -315,10 +329,17 @@ impl Doh {
         }
     }
 
-    async fn dial(&self) -> io::Result<Live> {
+    async fn dial(&self, via: Option<&(Arc<dyn super::Route>, Arc<str>)>) -> io::Result<Live> {
         self.dials.fetch_add(1, Ordering::Relaxed);
-        let tcp = connect(&self.host, self.port).await?;
-        let _ = tcp.set_nodelay(true);
+        let dest = Destination::new(Address::parse(&self.host), self.port);
+        let tcp: BoxStream = match via {
+            Some((route, tag)) => route.dial_tcp(tag, &dest).await?,
+            None => {
+                let tcp = connect(&self.host, self.port).await?;
+                let _ = tcp.set_nodelay(true);
+                Box::new(tcp)
+            }
+        };
         let io: BoxStream = if self.tls {
             let layer = self
                 .tls_layer
@@ -330,8 +351,7 @@ impl Doh {
                 })
                 .as_ref()
                 .map_err(|e| io::Error::other(format!("DoH TLS: {e}")))?;
-            let dest = Destination::new(Address::parse(&self.host), self.port);
-            let s = layer.connect_tls(Box::new(tcp), &dest).await?;
+            let s = layer.connect_tls(tcp, &dest).await?;
             if let Some(p) = s.connection().alpn_protocol() {
                 if p != b"h2" {
                     return Err(io::Error::other(format!(
@@ -343,7 +363,7 @@ impl Doh {
             }
             Box::new(s)
         } else {
-            Box::new(tcp)
+            tcp
         };
         let (send, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())

@@ -6,23 +6,29 @@
 //! `tcp+local://`), DNS over HTTPS (`https://`, `https+local://`, and in clear `h2c://`,
 //! `h2c+local://`: [`doh`]), `localhost` (the system resolver) and `fakedns` ([`fake`], for
 //! the `dns` outbound only). DNS over QUIC and parallel queries are a config error naming them
-//! ("not yet"). Queries go out directly, not through routing (a `tag` is accepted with a warning): in Xray `+local` means "not through
-//! routing", so here `tcp://` and `tcp+local://`, `https://` and `https+local://`, `h2c://`
-//! and `h2c+local://` behave the same.
+//! ("not yet"). As in Xray (routing.md §4.7), queries to a server without `+local` go through
+//! routing, as a connection from the inbound tag `tag` (the server's, else the object's) to the
+//! server's address; `+local` servers and `localhost` are dialed directly. Until an instance
+//! gives the resolver its [`Route`] (and in `ferry test`), every server is dialed directly.
 
 pub mod doh;
 pub mod fake;
 pub mod message;
 mod resolve;
 
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+
 use serde_json::Value;
 
 use crate::app::router::{Assets, DomainSet, DomainType, IpSet};
+use crate::common::Destination;
 use crate::config::reader::{self, ConfigError, Obj, Result};
+use crate::transport::{BoxStream, PacketConn};
 
 pub use resolve::{Answer, Dns};
 
@@ -74,10 +80,22 @@ pub enum Transport {
     Fake,
 }
 
+/// Where queries to a routed server go: the instance's dispatcher routes a connection from
+/// inbound tag `tag` to `dest` (without resolving a domain: the resolver would ask itself)
+/// and dials the outbound it picks.
+#[async_trait]
+pub trait Route: Send + Sync {
+    async fn dial_tcp(&self, tag: &str, dest: &Destination) -> io::Result<BoxStream>;
+    async fn dial_udp(&self, tag: &str, dest: &Destination) -> io::Result<Box<dyn PacketConn>>;
+}
+
 /// One `servers` entry.
 #[derive(Debug, Clone)]
 pub struct Server {
     pub transport: Transport,
+    /// The inbound tag its queries are routed with; `None`: dialed directly (`+local`,
+    /// `localhost`, `fakedns`).
+    pub route_tag: Option<Arc<str>>,
     pub domains: Option<DomainSet>,
     pub expect: Option<(IpSet, bool)>,
     pub unexpect: Option<(IpSet, bool)>,
@@ -165,6 +183,15 @@ fn parse_address(s: &str, port: Option<u16>, path: &str) -> Result<Transport> {
     Ok(Transport::Udp(h, port.filter(|&p| p != 0).unwrap_or(p)))
 }
 
+/// Whether queries to `address` go through routing (not `+local`, `localhost`, `fakedns`).
+fn routed(address: &str) -> bool {
+    let lower = address.to_ascii_lowercase();
+    match lower.split_once("://") {
+        Some((scheme, _)) => !scheme.ends_with("+local"),
+        None => lower != "localhost" && lower != "fakedns",
+    }
+}
+
 /// `expectedIPs`-like list: a `"*"` entry switches to prefer mode.
 fn ip_filter(o: &Obj<'_>, names: &[&str], assets: &Assets) -> Result<Option<(IpSet, bool)>> {
     let Some((p, v)) = o.get_alias(names) else {
@@ -188,6 +215,11 @@ pub fn parse(o: &Obj<'_>, assets: &Assets) -> Result<Dns> {
         .unwrap_or(Families::BOTH);
     let client_ip = parse_ip(o, "clientIp")?;
     let disable_cache = o.bool("disableCache")?.unwrap_or(false);
+    // Xray's default names no inbound a rule could list.
+    let tag: Arc<str> = match o.str("tag")? {
+        Some(t) if !t.is_empty() => t.into(),
+        _ => format!("xray.system.{}", uuid::Uuid::new_v4()).into(),
+    };
     let mut servers = Vec::new();
     if let Some((p, Value::Array(items))) = o.get("servers") {
         for (i, it) in items.iter().enumerate() {
@@ -195,6 +227,7 @@ pub fn parse(o: &Obj<'_>, assets: &Assets) -> Result<Dns> {
             let s = match it {
                 Value::String(s) => Server {
                     transport: parse_address(s, None, &ip)?,
+                    route_tag: routed(s).then(|| tag.clone()),
                     domains: None,
                     expect: None,
                     unexpect: None,
@@ -208,7 +241,7 @@ pub fn parse(o: &Obj<'_>, assets: &Assets) -> Result<Dns> {
                 },
                 _ => {
                     let so = Obj::new(it, ip.clone(), diag)?;
-                    let s = parse_server(&so, families, client_ip, disable_cache, assets)?;
+                    let s = parse_server(&so, families, client_ip, disable_cache, &tag, assets)?;
                     so.finish();
                     s
                 }
@@ -229,14 +262,6 @@ pub fn parse(o: &Obj<'_>, assets: &Assets) -> Result<Dns> {
     }
     if o.bool("useSystemHosts")?.unwrap_or(false) {
         hosts.extend(system_hosts());
-    }
-    for k in ["tag"] {
-        if o.has(k) {
-            diag.warn(
-                &o.key_path(k),
-                "DNS queries go out directly, not through routing, for now",
-            );
-        }
     }
     for k in ["serveStale", "serveExpiredTTL"] {
         if o.has(k) {
@@ -278,6 +303,7 @@ fn parse_server(
     families: Families,
     client_ip: Option<IpAddr>,
     disable_cache: bool,
+    tag: &Arc<str>,
     assets: &Assets,
 ) -> Result<Server> {
     let address = o.req_str("address")?;
@@ -310,12 +336,11 @@ fn parse_server(
     };
     let own = o.str("queryStrategy")?.map(|s| Families::parse(&s));
     o.ignore(&["allowUnexpectedIPs"]);
-    if o.has("tag") {
-        o.diag().warn(
-            &o.key_path("tag"),
-            "DNS queries go out directly, not through routing, for now",
-        );
-    }
+    let route_tag = routed(&address).then(|| match o.str("tag") {
+        Ok(Some(t)) if !t.is_empty() => Arc::from(t),
+        _ => tag.clone(),
+    });
+    o.str("tag")?;
     for k in ["serveStale", "serveExpiredTTL"] {
         if o.has(k) {
             o.diag().warn(
@@ -326,6 +351,7 @@ fn parse_server(
     }
     Ok(Server {
         transport,
+        route_tag,
         domains,
         expect,
         unexpect,

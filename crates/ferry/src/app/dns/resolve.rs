@@ -6,15 +6,17 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fake::FakeDns;
 use super::message::{self, A, AAAA};
-use super::{Families, HostRule, HostValue, Server, Transport};
+use super::{Families, HostRule, HostValue, Route, Server, Transport};
 use crate::app::router::{Assets, DomainSet, DomainType};
+use crate::common::{Address, Destination};
+use crate::transport::BoxStream;
 
 /// The TTL given to the system resolver's answers.
 const SYSTEM_TTL: u32 = 60;
@@ -76,6 +78,9 @@ pub struct Dns {
     next_id: AtomicU16,
     /// The fake pools, when a config has them (a `fakedns` object or server).
     fake: Option<std::sync::Arc<FakeDns>>,
+    /// Where routed servers are dialed (the instance's dispatcher, which owns this resolver
+    /// through its router: hence weak).
+    route: OnceLock<Weak<dyn Route>>,
 }
 
 impl Dns {
@@ -114,6 +119,7 @@ impl Dns {
             local_names,
             cache: Mutex::new(HashMap::new()),
             fake: None,
+            route: OnceLock::new(),
             next_id: AtomicU16::new({
                 let mut b = [0u8; 2];
                 crate::common::rand::fill(&mut b);
@@ -138,6 +144,18 @@ impl Dns {
             None => None,
         };
         self
+    }
+
+    /// Gives the resolver the dispatcher its routed servers are dialed through (once; later
+    /// calls are ignored).
+    pub fn set_route(&self, route: Weak<dyn Route>) {
+        let _ = self.route.set(route);
+    }
+
+    /// The route for server `s`, when it is routed and an instance gave one.
+    fn route_for(&self, s: &Server) -> Option<(Arc<dyn Route>, Arc<str>)> {
+        let tag = s.route_tag.clone()?;
+        Some((self.route.get()?.upgrade()?, tag))
     }
 
     /// The fake pools (sniffing gives a fake address its name back).
@@ -399,7 +417,8 @@ impl Dns {
                 return Err(io::Error::other("fakedns is not asked on the wire"));
             }
             Transport::Doh(d) => {
-                let r = d.query(name, qtype, s.client_ip, s.timeout).await?;
+                let via = self.route_for(s);
+                let r = d.query(name, qtype, s.client_ip, s.timeout, via).await?;
                 return Ok(addresses_and_ttl(r));
             }
             Transport::Udp(h, p) => (h, *p, false),
@@ -408,11 +427,33 @@ impl Dns {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let q = message::query(id, name, qtype, s.client_ip)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
-        let addr = server_addr(host, port).await?;
-        let reply = if tcp {
-            tcp_exchange(addr, &q).await?
-        } else {
-            udp_exchange(addr, &q, id).await?
+        let reply = match self.route_for(s) {
+            Some((route, tag)) => {
+                let dest = Destination::new(Address::parse(host), port);
+                if tcp {
+                    stream_exchange(route.dial_tcp(&tag, &dest).await?, &q).await?
+                } else {
+                    let pc = route.dial_udp(&tag, &dest).await?;
+                    pc.send_to(&q, &dest).await?;
+                    let mut buf = vec![0u8; 4096];
+                    loop {
+                        let (n, _) = pc.recv_from(&mut buf).await?;
+                        if n >= 2 && u16::from_be_bytes([buf[0], buf[1]]) == id {
+                            buf.truncate(n);
+                            break buf;
+                        }
+                    }
+                }
+            }
+            None => {
+                let addr = server_addr(host, port).await?;
+                if tcp {
+                    let s = tokio::net::TcpStream::connect(addr).await?;
+                    stream_exchange(Box::new(s), &q).await?
+                } else {
+                    udp_exchange(addr, &q, id).await?
+                }
+            }
         };
         let r = message::parse_reply(&reply, id).map_err(io::Error::other)?;
         Ok(addresses_and_ttl(r))
@@ -481,8 +522,8 @@ async fn udp_exchange(addr: SocketAddr, q: &[u8], id: u16) -> io::Result<Vec<u8>
     }
 }
 
-async fn tcp_exchange(addr: SocketAddr, q: &[u8]) -> io::Result<Vec<u8>> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
+/// One query on a stream, framed with its length.
+async fn stream_exchange(mut s: BoxStream, q: &[u8]) -> io::Result<Vec<u8>> {
     let mut m = (q.len() as u16).to_be_bytes().to_vec();
     m.extend_from_slice(q);
     s.write_all(&m).await?;

@@ -229,6 +229,12 @@ impl Router {
         None
     }
 
+    /// The first rule a session meets, never resolving its domain (the DNS module's own
+    /// connections, as Xray's `SkipDNSResolve`).
+    pub fn route_unresolved(&self, s: &Session) -> Option<&Rule> {
+        self.route_sync(s, None)
+    }
+
     /// Matching without resolving: IP conditions see only IP destinations (or `ips`).
     fn route_sync(&self, s: &Session, ips: Option<&[IpAddr]>) -> Option<&Rule> {
         self.rules.iter().find(|r| r.eval(s, ips) == Eval::Match)

@@ -317,13 +317,13 @@ async fn one_connection_reused_and_dialed_again() {
     let d = doh(&format!("h2c://{}/dns-query", srv.addr)).unwrap();
     let t = Duration::from_secs(5);
     for _ in 0..3 {
-        let r = d.query("a.example", A, None, t).await.unwrap();
+        let r = d.query("a.example", A, None, t, None).await.unwrap();
         assert_eq!(r.ips, vec!["10.0.0.1".parse::<IpAddr>().unwrap()]);
     }
     // Concurrent queries share it too.
     let (x, y) = tokio::join!(
-        d.query("b.example", A, None, t),
-        d.query("c.example", A, None, t)
+        d.query("b.example", A, None, t, None),
+        d.query("c.example", A, None, t, None)
     );
     assert!(x.is_ok() && y.is_ok());
     assert_eq!((d.dials(), srv.conns.load(Ordering::Relaxed)), (1, 1));
@@ -340,7 +340,7 @@ async fn one_connection_reused_and_dialed_again() {
     // The server drops the connection: the next query dials again.
     srv.close_all();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let r = d.query("a.example", A, None, t).await.unwrap();
+    let r = d.query("a.example", A, None, t, None).await.unwrap();
     assert_eq!(r.ips.len(), 1);
     assert_eq!((d.dials(), srv.conns.load(Ordering::Relaxed)), (2, 2));
 }
@@ -387,7 +387,9 @@ async fn an_untrusted_certificate_is_refused() {
         }
     });
     let d = doh(&format!("https://{addr}/dns-query")).unwrap();
-    let e = d.query("a.example", A, None, Duration::from_secs(5)).await;
+    let e = d
+        .query("a.example", A, None, Duration::from_secs(5), None)
+        .await;
     assert!(e.is_err());
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(handshakes.load(Ordering::Relaxed), 0, "{e:?}");
@@ -408,7 +410,7 @@ async fn a_silent_server_is_bounded_by_the_timeout() {
         let d = doh(&url).unwrap();
         let t0 = std::time::Instant::now();
         let e = d
-            .query("a.example", A, None, Duration::from_millis(300))
+            .query("a.example", A, None, Duration::from_millis(300), None)
             .await;
         assert!(e.is_err(), "{url}");
         assert!(
@@ -424,7 +426,7 @@ async fn a_silent_server_is_bounded_by_the_timeout() {
     };
     let d = doh(&format!("h2c://127.0.0.1:{port}/")).unwrap();
     assert!(d
-        .query("a.example", A, None, Duration::from_secs(5))
+        .query("a.example", A, None, Duration::from_secs(5), None)
         .await
         .is_err());
 }
