@@ -401,6 +401,8 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     ferry::app::log::init(&cfg.log);
+    // The parse's garbage (JSON trees, geodata buffers) goes back before the inbounds listen.
+    ferry::common::sys::release_free_heap();
     let used_default = sources.is_empty();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -413,6 +415,8 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         };
+        // What loading the config left behind goes back to the system (Xray: FreeOSMemory).
+        ferry::common::sys::release_free_heap();
         // Xray's start line on stdout: panels that launch the core wait for a line that
         // contains "core" and ends in "started" (Marzban-node).
         println!(

@@ -1,8 +1,21 @@
 //! The one module with `unsafe`: thin wrappers over syscalls the standard library lacks
-//! (pipes and `splice(2)`, half-close on a raw fd).
+//! (pipes and `splice(2)`, half-close on a raw fd, returning free heap pages to the kernel).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Returns the heap pages the allocator keeps free to the kernel: called once the config is
+/// loaded and the instance started, so the garbage of loading (JSON trees, geodata read
+/// buffers, table builders) leaves the resident set, as Xray's `debug.FreeOSMemory()` after
+/// start. glibc's allocator only; elsewhere it does nothing.
+pub fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only hands free pages of glibc's arenas back (madvise/brk); it
+    // reads and writes no live allocation and takes the arenas' own locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// A kernel pipe used as the intermediate buffer for `splice(2)`.
 pub struct Pipe {

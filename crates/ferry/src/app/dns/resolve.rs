@@ -120,10 +120,12 @@ impl Dns {
             cache: Mutex::new(HashMap::new()),
             fake: None,
             route: OnceLock::new(),
+            // A random first id from the standard library's OS-seeded hasher keys: taking it
+            // from aws-lc would start aws-lc's generator (its jitter-entropy seeding costs
+            // ~30 ms and ~2 MiB) in every process, most of which never use it.
             next_id: AtomicU16::new({
-                let mut b = [0u8; 2];
-                crate::common::rand::fill(&mut b);
-                u16::from_ne_bytes(b)
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new().hash_one(0u8) as u16
             }),
         }
     }
