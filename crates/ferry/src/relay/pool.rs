@@ -1,11 +1,20 @@
-//! Copy buffers, pooled per thread so idle connections hold none.
+//! Copy buffers and splice pipes, pooled per thread so idle connections hold neither.
 //!
 //! Buffers come in any size: [`take`] hands out the smallest pooled buffer that is at least
 //! the size asked (and at most twice it), so the relay's growing copy buffers and the protocol
 //! streams' read-ahead and output buffers share one pool. Each thread keeps at most
 //! [`KEEP_BYTES`]; what does not fit is freed.
+//!
+//! Pipes ([`take_pipe`], [`put_pipe`]) are taken by a splicing direction when its socket has
+//! bytes and given back empty when it has none (HAProxy's pipe pool does the same), so an idle
+//! spliced connection holds its two sockets and no pipe. Each thread keeps at most
+//! [`KEEP_PIPES`] (two descriptors each); what does not fit is closed.
 
 use std::cell::RefCell;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::common::sys;
 
 /// Copy buffer a relay direction starts with: a full TLS record or AEAD chunk per syscall.
 pub const DEFAULT_SIZE: usize = 32 * 1024;
@@ -62,6 +71,63 @@ pub fn put(buf: Box<[u8]>) {
 /// Bytes this thread's pool holds (for tests and metrics).
 pub fn pooled_bytes() -> usize {
     POOL.with(|p| p.borrow().bytes)
+}
+
+/// Empty pipes a thread keeps for reuse at most.
+pub const KEEP_PIPES: usize = 16;
+
+/// Pipes open in the process: in use by a relay direction or pooled.
+static PIPES_OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// A splice pipe; counted while open.
+pub struct PooledPipe(sys::Pipe);
+
+impl PooledPipe {
+    pub fn get(&self) -> &sys::Pipe {
+        &self.0
+    }
+}
+
+impl Drop for PooledPipe {
+    fn drop(&mut self) {
+        PIPES_OPEN.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    static PIPES: RefCell<Vec<PooledPipe>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty pipe of [`PIPE_SIZE`]: a pooled one, or a new one.
+pub fn take_pipe() -> io::Result<PooledPipe> {
+    if let Some(p) = PIPES.try_with(|v| v.borrow_mut().pop()).ok().flatten() {
+        return Ok(p);
+    }
+    let p = sys::Pipe::new(PIPE_SIZE)?;
+    PIPES_OPEN.fetch_add(1, Ordering::Relaxed);
+    Ok(PooledPipe(p))
+}
+
+/// Gives an empty pipe back to this thread's pool (closed when the pool is full). A pipe
+/// that may still hold bytes must be dropped instead.
+pub fn put_pipe(p: PooledPipe) {
+    // A thread being torn down has no pool left: the pipe is closed.
+    let _ = PIPES.try_with(|v| {
+        let mut v = v.borrow_mut();
+        if v.len() < KEEP_PIPES {
+            v.push(p);
+        }
+    });
+}
+
+/// Pipes open in the process (in use and pooled), for metrics and tests.
+pub fn open_pipes() -> usize {
+    PIPES_OPEN.load(Ordering::Relaxed)
+}
+
+/// Pipes this thread's pool holds.
+pub fn pooled_pipes() -> usize {
+    PIPES.with(|v| v.borrow().len())
 }
 
 /// A buffer size that follows the traffic: it doubles (up to `max`) after a transfer filled

@@ -13,11 +13,10 @@ use crate::common::sys;
 use crate::transport::RawSocket;
 
 /// One direction of the splice path as a small state machine (polled, so an idle connection
-/// keeps no readiness futures): bytes go socket -> pipe -> socket; the pipe is created on the
-/// first byte.
-#[derive(Default)]
+/// keeps no readiness futures): bytes go socket -> pipe -> socket; the pipe is taken from the
+/// thread's pool when the socket has bytes and given back, empty, when it has none.
 pub(super) struct SpliceDir {
-    pipe: Option<sys::Pipe>,
+    pipe: Option<pool::PooledPipe>,
     /// Bytes sitting in the pipe.
     left: usize,
     /// Bytes the layers held when this direction went direct: written first.
@@ -28,8 +27,9 @@ impl SpliceDir {
     /// Splices after first writing `pending` (bytes a layer held when it went direct).
     pub(super) fn new(pending: Bytes) -> Self {
         SpliceDir {
+            pipe: None,
+            left: 0,
             pending,
-            ..SpliceDir::default()
         }
     }
 
@@ -62,7 +62,7 @@ impl SpliceDir {
         loop {
             if self.left > 0 {
                 let pr = match &self.pipe {
-                    Some(p) => p.read.as_raw_fd(),
+                    Some(p) => p.get().read.as_raw_fd(),
                     None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
                 };
                 match to.try_write_io(|| sys::splice(pr, to.fd(), self.left)) {
@@ -81,23 +81,36 @@ impl SpliceDir {
             }
             ready!(from.poll_read_ready(cx))?;
             let pw = match &self.pipe {
-                Some(p) => p.write.as_raw_fd(),
-                None => self
-                    .pipe
-                    .insert(sys::Pipe::new(pool::PIPE_SIZE)?)
-                    .write
-                    .as_raw_fd(),
+                Some(p) => p.get().write.as_raw_fd(),
+                None => self.pipe.insert(pool::take_pipe()?).get().write.as_raw_fd(),
             };
             // The pipe is empty here, so WouldBlock can only mean the socket has nothing to read.
             match from.try_read_io(|| sys::splice(from.fd(), pw, pool::PIPE_SIZE)) {
                 Ok(0) => {
+                    self.give_back();
                     to.shutdown_write()?;
                     return Poll::Ready(Ok(()));
                 }
                 Ok(n) => self.left = n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // Nothing to read: the empty pipe goes back until bytes come.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.give_back(),
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
+    }
+
+    /// Returns the pipe to the pool if it is empty (one holding bytes is closed on drop).
+    fn give_back(&mut self) {
+        if self.left == 0 {
+            if let Some(p) = self.pipe.take() {
+                pool::put_pipe(p);
+            }
+        }
+    }
+}
+
+impl Drop for SpliceDir {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
