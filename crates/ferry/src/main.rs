@@ -401,6 +401,10 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     ferry::app::log::init(&cfg.log);
+    match ferry::common::sys::raise_nofile_limit() {
+        Ok(n) => tracing::debug!("open files limit: {n}"),
+        Err(e) => tracing::warn!("open files limit: {e}"),
+    }
     // The parse's garbage (JSON trees, geodata buffers) goes back before the inbounds listen.
     ferry::common::sys::release_free_heap();
     let used_default = sources.is_empty();

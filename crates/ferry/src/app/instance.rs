@@ -28,9 +28,23 @@ pub struct Live {
     zero: Notify,
 }
 
+/// How long the accept loop waits after a failed accept.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// At most one log line per listener per this interval about failed accepts.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Connections being served in the process (every instance), for the metrics endpoint.
+static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Connections being served now, process-wide.
+pub fn live_connections() -> usize {
+    CONNECTIONS.load(Ordering::Relaxed)
+}
+
 struct LiveGuard(Arc<Live>);
 impl Drop for LiveGuard {
     fn drop(&mut self) {
+        CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
         if self.0.n.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.zero.notify_waiters();
         }
@@ -39,6 +53,7 @@ impl Drop for LiveGuard {
 
 impl Live {
     fn enter(self: &Arc<Self>) -> LiveGuard {
+        CONNECTIONS.fetch_add(1, Ordering::Relaxed);
         self.n.fetch_add(1, Ordering::AcqRel);
         LiveGuard(self.clone())
     }
@@ -385,13 +400,44 @@ impl Serve {
             .local()
             .map(|e| e.to_string())
             .unwrap_or_else(|_| "?".into());
+        // Accept failures (EMFILE, ENFILE, ENOBUFS) are logged once per interval with the
+        // count since the last line; the loop backs off and keeps its listener.
+        // (when the last line was logged, failures since then, failures in all)
+        let mut failed: Option<(std::time::Instant, u64, u64)> = None;
         loop {
             let (stream, source, local_ep) = match l.accept().await {
-                Ok(x) => x,
+                Ok(x) => {
+                    if let Some((_, _, all)) = failed.take() {
+                        tracing::warn!(
+                            "accept on {local}: accepting again after {all} failed accept(s)"
+                        );
+                    }
+                    x
+                }
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("accept on {local}: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let now = std::time::Instant::now();
+                    match &mut failed {
+                        Some((at, n, all)) if now.duration_since(*at) < ACCEPT_LOG_EVERY => {
+                            *n += 1;
+                            *all += 1;
+                        }
+                        Some((at, n, all)) => {
+                            tracing::warn!(
+                                "accept on {local}: {e} ({n} more since the last line); backing off, the listener stays"
+                            );
+                            *at = now;
+                            *n = 0;
+                            *all += 1;
+                        }
+                        None => {
+                            tracing::warn!(
+                                "accept on {local}: {e}; backing off, the listener stays (logged once per {}s)",
+                                ACCEPT_LOG_EVERY.as_secs()
+                            );
+                            failed = Some((now, 0, 1));
+                        }
+                    }
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             };

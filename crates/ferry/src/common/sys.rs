@@ -17,6 +17,31 @@ pub fn release_free_heap() {
     }
 }
 
+/// Raises the soft open-files limit to the hard one, as Go's runtime does for Xray at start (a
+/// systemd service often gets 1,024 soft under a hard limit of 500,000), and returns the soft
+/// limit now in force.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the rlimit struct we pass by valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if r.rlim_cur < r.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: r.rlim_max,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the rlimit struct we pass by valid pointer.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return Ok(want.rlim_cur);
+        }
+    }
+    Ok(r.rlim_cur)
+}
+
 /// A kernel pipe used as the intermediate buffer for `splice(2)`.
 pub struct Pipe {
     pub read: OwnedFd,

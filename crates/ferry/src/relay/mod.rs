@@ -60,6 +60,30 @@ pub struct Counters {
     pub down: Vec<Arc<AtomicU64>>,
 }
 
+/// Relays running in the process, for the metrics endpoint.
+static RELAYS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Relays running now.
+pub fn live_relays() -> usize {
+    RELAYS.load(Ordering::Relaxed)
+}
+
+/// Counts a relay while it lives.
+struct RelayGuard;
+
+impl RelayGuard {
+    fn new() -> RelayGuard {
+        RELAYS.fetch_add(1, Ordering::Relaxed);
+        RelayGuard
+    }
+}
+
+impl Drop for RelayGuard {
+    fn drop(&mut self) {
+        RELAYS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[inline]
 fn add(counters: &[Arc<AtomicU64>], n: usize) {
     for c in counters {
@@ -102,6 +126,7 @@ pub fn run<'a>(
     counters: &'a Counters,
 ) -> impl Future<Output = (RelayStats, io::Result<()>)> + Send + 'a {
     async move {
+        let _counted = RelayGuard::new();
         let activity = Activity::new();
         let mut up = Direction::start(&mut *a, &*b, opts);
         let mut down = Direction::start(&mut *b, &*a, opts);
