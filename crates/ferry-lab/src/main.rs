@@ -58,6 +58,9 @@ enum Cmd {
         /// Shortcut for adding the reverse direction to the tests.
         #[arg(long)]
         reverse: bool,
+        /// Short connections of the churn test.
+        #[arg(long, default_value_t = 200_000)]
+        churn: usize,
         /// Idle connection counts for the idle (memory) test.
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
         idle: Vec<usize>,
@@ -206,6 +209,7 @@ fn real_main() -> Result<ExitCode> {
             out,
             mut tests,
             reverse,
+            churn,
             idle,
             baseline,
             ferry_bin,
@@ -261,6 +265,7 @@ fn real_main() -> Result<ExitCode> {
                 rr_size,
                 handshakes,
                 handshake_concurrency,
+                churn,
                 inner_tls,
                 charts: !no_charts,
             };

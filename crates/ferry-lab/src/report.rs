@@ -53,6 +53,16 @@ pub struct Row {
     pub idle_bytes_per_conn_by_process: Option<Vec<(String, f64)>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handshake: Option<Handshakes>,
+    /// The churn test's samples: after the first 10,000 connections, then ten more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub churn: Option<Vec<ChurnSample>>,
+}
+
+/// Each process's RSS (KiB) after `conns` short connections went through the chain.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChurnSample {
+    pub conns: usize,
+    pub rss_kb: Vec<(String, u64)>,
 }
 
 /// One phase of the handshake test: the burst and the CPU each role spent on it.
@@ -128,6 +138,7 @@ impl Row {
             rss_bytes_per_conn: None,
             idle_bytes_per_conn_by_process: None,
             handshake: None,
+            churn: None,
         }
     }
 
@@ -534,6 +545,7 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
         let _ = writeln!(md);
     }
     handshake_table(&mut md, o, &aggs);
+    churn_table(&mut md, &aggs);
     let errors: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Error).collect();
     if !errors.is_empty() {
         let _ = writeln!(md, "## Errors\n");
@@ -756,4 +768,64 @@ pub fn human_bytes(n: u64) -> String {
     } else {
         format!("{v:.1} {}", U[i])
     }
+}
+
+/// The churn test: RSS after the first sample and at the end, per process, and the ratio.
+fn churn_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
+    let rows: Vec<(&AggKey, &Row)> = aggs
+        .iter()
+        .filter(|(k, _)| k.2 == "churn")
+        .flat_map(|(k, a)| a.rows.iter().map(move |r| (k, r)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Churn\n\nShort connections through the chain, each echoing a few bytes; RSS of every proxy process after the first sample (10,000 connections) and at the end; end/first is the target's ratio (within 1.05).\n"
+    );
+    let _ = writeln!(md, "| scenario | implementation | connections | run | conn/s | RSS after first MiB | RSS at end MiB | end / first | by process (first → end MiB) |");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---|");
+    for (k, r) in rows {
+        let Some(s) = r
+            .churn
+            .as_ref()
+            .filter(|s| r.status == Status::Ok && !s.is_empty())
+        else {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | | | | |",
+                k.0,
+                k.1,
+                k.3,
+                r.run,
+                r.message.as_deref().unwrap_or("not run")
+            );
+            continue;
+        };
+        let (a, b) = (&s[0], &s[s.len() - 1]);
+        let total = |x: &ChurnSample| x.rss_kb.iter().map(|(_, v)| *v).sum::<u64>() as f64 / 1024.0;
+        let by: Vec<String> = a
+            .rss_kb
+            .iter()
+            .map(|(n, v)| {
+                let e = b.rss_kb.iter().find(|(m, _)| m == n).map_or(0, |(_, v)| *v);
+                format!("{n} {:.1} → {:.1}", *v as f64 / 1024.0, e as f64 / 1024.0)
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.3} | {} |",
+            k.0,
+            k.1,
+            b.conns,
+            r.run,
+            b.conns as f64 / r.secs.max(1e-9),
+            total(a),
+            total(b),
+            total(b) / total(a).max(1e-9),
+            by.join(", ")
+        );
+    }
+    let _ = writeln!(md);
 }

@@ -48,6 +48,10 @@ pub enum Test {
     /// RSS per held idle connection (the memory scenario; alias `memory`).
     #[value(alias = "memory")]
     Idle,
+    /// `--churn` short connections (`--handshake-concurrency` at a time, each echoing a few
+    /// bytes): each process's RSS after the first 10,000 and as the rest go through, sampled
+    /// ten times (does memory come back?).
+    Churn,
     /// iperf3 client -> chain -> iperf3 server (the community reports' load; it loads the
     /// proxy differently from loadgen: one control connection, then the data streams).
     Iperf3,
@@ -83,6 +87,7 @@ impl Test {
             Test::Latency => ("Latency", ""),
             Test::Handshake => ("Handshakes", ""),
             Test::Idle => ("Idle", ""),
+            Test::Churn => ("Churn", ""),
         }
     }
 }
@@ -95,6 +100,7 @@ impl Test {
             Test::Latency => "latency",
             Test::Handshake => "handshake",
             Test::Idle => "idle",
+            Test::Churn => "churn",
             Test::Iperf3 => "iperf3",
             Test::Iperf3Reverse => "iperf3-reverse",
         }
@@ -125,8 +131,10 @@ pub struct RunOpts {
     pub rr_size: usize,
     /// Fresh connections per phase of the handshake test (sequential, then parallel).
     pub handshakes: usize,
-    /// Connections in flight at once in the handshake test's parallel phase.
+    /// Connections in flight at once in the handshake test's parallel phase (and the churn's).
     pub handshake_concurrency: usize,
+    /// Short connections of the churn test.
+    pub churn: usize,
     /// loadgen speaks TLS to the receiver through the chain (not iperf3, which has no TLS).
     pub inner_tls: Option<InnerTls>,
     /// Write charts (PNG).
@@ -248,6 +256,7 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
                     Test::Latency => vec![1],
                     Test::Handshake => vec![o.handshake_concurrency],
                     Test::Idle => o.idle.clone(),
+                    Test::Churn => vec![o.churn],
                 };
                 for p in params {
                     for r in 1..=o.runs {
@@ -342,6 +351,7 @@ fn param_label(t: Test, p: usize) -> String {
             format!("x{p}")
         }
         Test::Idle => format!("{p} conns"),
+        Test::Churn => format!("{p} conns"),
         Test::Handshake => format!("{p} in parallel"),
         Test::Latency => String::new(),
     }
@@ -800,6 +810,60 @@ impl Ctx<'_> {
                 });
             }
             Test::Iperf3 | Test::Iperf3Reverse => unreachable!("measured by measure_iperf3"),
+            Test::Churn => {
+                let n = job.param;
+                let first = n.min(10_000);
+                let chunks = 10;
+                let mut done = 0;
+                let mut samples = Vec::new();
+                let mut echoed = 0;
+                let start = Instant::now();
+                while done < n {
+                    let count = if done == 0 {
+                        first
+                    } else {
+                        ((n - first).div_ceil(chunks)).min(n - done)
+                    };
+                    self.rt
+                        .block_on(loadgen::fresh_conns(
+                            &target,
+                            count,
+                            o.handshake_concurrency,
+                            HANDSHAKE_MSG,
+                            o.stall,
+                        ))
+                        .with_context(|| format!("churn, after {done} connections"))?;
+                    done += count;
+                    // Let the chain finish tearing the last ones down before the sample.
+                    std::thread::sleep(Duration::from_millis(500));
+                    for r in reports.take() {
+                        if let Some(e) = &r.error {
+                            bail!("receiver: {e}");
+                        }
+                        if r.mode == Some(crate::wire::Mode::Echo) {
+                            echoed += 1;
+                        }
+                    }
+                    samples.push(crate::report::ChurnSample {
+                        conns: done,
+                        rss_kb: chain
+                            .procs
+                            .usage_by_name()
+                            .into_iter()
+                            .map(|(n, u)| (n, u.rss_kb))
+                            .collect(),
+                    });
+                }
+                chain.procs.check_alive()?;
+                if echoed + 1 < n {
+                    bail!("the receiver echoed {echoed} connections, loadgen made {n}");
+                }
+                let after = chain.procs.usage();
+                row.cpu_secs = after.cpu_secs - before.cpu_secs;
+                row.peak_rss_kb = after.hwm_kb;
+                row.secs = start.elapsed().as_secs_f64();
+                row.churn = Some(samples);
+            }
             Test::Idle => {
                 std::thread::sleep(Duration::from_millis(300));
                 let base = chain.procs.usage();

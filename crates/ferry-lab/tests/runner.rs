@@ -145,6 +145,7 @@ fn opts(scenarios: &[&str], impls: &[&str], out: &Path, dir: &Path) -> RunOpts {
         rr_size: 64,
         handshakes: 20,
         handshake_concurrency: 4,
+        churn: 2000,
         inner_tls: None,
         charts: false,
     }
@@ -196,10 +197,12 @@ same_as = "xray"
         Test::Reverse,
         Test::Latency,
         Test::Handshake,
+        Test::Churn,
     ];
+    o.churn = 1500;
     let rows = runner::run(&o).unwrap();
     let relay: Vec<_> = rows.iter().filter(|r| r.scenario == "relay").collect();
-    assert_eq!(relay.len(), 4);
+    assert_eq!(relay.len(), 5);
     for r in relay {
         assert_eq!(r.status, Status::Ok, "{r:?}");
     }
@@ -221,6 +224,17 @@ same_as = "xray"
     assert_eq!(h.sequential.burst.ttfb.samples, 20);
     assert!(h.parallel.burst.conns_per_s > 0.0);
     assert_eq!(h.cpu_per_1000().0, 0.0);
+    // Churn: the first sample after 1,500 (all of them: fewer than 10,000), RSS of the relay.
+    let ch = rows.iter().find(|r| r.test == "churn").unwrap();
+    let samples = ch.churn.as_ref().unwrap();
+    assert_eq!(samples.last().unwrap().conns, 1500);
+    assert!(
+        samples[0]
+            .rss_kb
+            .iter()
+            .any(|(n, kb)| n == "relay" && *kb > 1000),
+        "{samples:?}"
+    );
     let wg: Vec<_> = rows.iter().filter(|r| r.scenario == "wg").collect();
     assert!(!wg.is_empty());
     for r in wg {
@@ -229,6 +243,7 @@ same_as = "xray"
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
     assert!(md.contains("| wg | ferry | 1 | not yet |"), "{md}");
     assert!(md.contains("## Handshakes (fresh connections)"), "{md}");
+    assert!(md.contains("## Churn"), "{md}");
     assert!(md.contains("| relay | ferry | "), "{md}");
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&dir);

@@ -54,6 +54,7 @@ fn opts(scenarios: &[&str], out: &Path, dir: &Path) -> RunOpts {
         rr_size: 64,
         handshakes: 20,
         handshake_concurrency: 4,
+        churn: 2000,
         inner_tls: None,
         charts: false,
     }
