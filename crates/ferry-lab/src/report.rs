@@ -174,6 +174,21 @@ impl Row {
                     h.parallel.burst.concurrency,
                 )
             }
+            Status::Ok if self.churn.as_ref().is_some_and(|c| !c.is_empty()) => {
+                let c = self.churn.as_ref().expect("checked");
+                let total =
+                    |x: &ChurnSample| x.rss_kb.iter().map(|(_, v)| *v).sum::<u64>() as f64 / 1024.0;
+                let (a, b) = (&c[0], &c[c.len() - 1]);
+                format!(
+                    "{} connections at {:.0} conn/s; RSS {:.1} MiB after {}, {:.1} MiB at the end ({:.3}x)",
+                    b.conns,
+                    b.conns as f64 / self.secs.max(1e-9),
+                    total(a),
+                    a.conns,
+                    total(b),
+                    total(b) / total(a).max(1e-9)
+                )
+            }
             Status::Ok => match (&self.ttfb, &self.rtt, self.rss_bytes_per_conn) {
                 (Some(t), Some(r), _) => format!(
                     "ttfb p50 {:.3} ms, rtt p50 {:.3} ms p99 {:.3} ms",
