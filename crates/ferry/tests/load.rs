@@ -313,3 +313,57 @@ fn the_open_files_limit_is_raised_to_the_hard_one() {
     let nums: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
     assert_eq!(nums, ["4096", "4096"], "{line}");
 }
+
+/// Slow and silent clients of a server with a header (VMess, handshake timeout 2 s): one that
+/// connects and never sends, and one that sends a byte every 300 ms, are both cut at the
+/// handshake timeout, not held open by their trickle. (A Shadowsocks server holds such clients
+/// until `connIdle` instead, as shadowsocks-rust does: see "What a prober sees".)
+#[test]
+fn silent_and_trickling_clients_are_cut_at_the_handshake_timeout() {
+    let port = free_port();
+    let f = ferry(
+        &format!(
+            r#"{{"policy":{{"levels":{{"0":{{"handshake":2}}}}}},
+                "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"vmess",
+                "settings":{{"clients":[{{"id":"b831381d-6324-4d53-ad4f-8cda48b30811"}}]}}}}],
+                "outbounds":[{{"protocol":"freedom"}}]}}"#
+        ),
+        &[port],
+    );
+    let closed_after = |mut s: TcpStream, trickle: bool| -> Duration {
+        let t = Instant::now();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut b = [0u8; 16];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) => return t.elapsed(),
+                Ok(_) => panic!("the server answered a client that sent no header"),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return t.elapsed(),
+                Err(_) => {}
+            }
+            if trickle && s.write_all(&[0x42]).is_err() {
+                return t.elapsed();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "still open after 10 s (trickle {trickle})\n{}",
+                f.output()
+            );
+        }
+    };
+    let silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let trickling = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (a, b) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| closed_after(silent, false));
+        let b = sc.spawn(|| closed_after(trickling, true));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (what, t) in [("silent", a), ("trickling", b)] {
+        assert!(
+            t >= Duration::from_millis(1500) && t < Duration::from_secs(5),
+            "{what} client cut after {t:?} (handshake timeout 2 s)\n{}",
+            f.output()
+        );
+    }
+}
