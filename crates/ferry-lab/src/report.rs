@@ -53,6 +53,9 @@ pub struct Row {
     pub idle_bytes_per_conn_by_process: Option<Vec<(String, f64)>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handshake: Option<Handshakes>,
+    /// The bulk-idle test: the same transfer with no idle connections beside it, MB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alone_mb_per_s: Option<f64>,
     /// The churn test's samples: after the first 10,000 connections, then ten more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub churn: Option<Vec<ChurnSample>>,
@@ -139,6 +142,7 @@ impl Row {
             idle_bytes_per_conn_by_process: None,
             handshake: None,
             churn: None,
+            alone_mb_per_s: None,
         }
     }
 
@@ -172,6 +176,15 @@ impl Row {
                     h.parallel.burst.ttfb.p50_ms,
                     h.parallel.burst.ttfb.p99_ms,
                     h.parallel.burst.concurrency,
+                )
+            }
+            Status::Ok if self.alone_mb_per_s.is_some() => {
+                let alone = self.alone_mb_per_s.unwrap_or(0.0);
+                format!(
+                    "{:.1} MB/s beside {} idle connections, {alone:.1} MB/s alone ({:.2}x)",
+                    self.mb_per_s,
+                    self.streams,
+                    self.mb_per_s / alone.max(1e-9)
                 )
             }
             Status::Ok if self.churn.as_ref().is_some_and(|c| !c.is_empty()) => {
@@ -561,6 +574,7 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
     }
     handshake_table(&mut md, o, &aggs);
     churn_table(&mut md, &aggs);
+    bulk_idle_table(&mut md, &aggs);
     let errors: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Error).collect();
     if !errors.is_empty() {
         let _ = writeln!(md, "## Errors\n");
@@ -841,6 +855,55 @@ fn churn_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
             total(b) / total(a).max(1e-9),
             by.join(", ")
         );
+    }
+    let _ = writeln!(md);
+}
+
+/// The bulk-idle test: one transfer alone and beside the idle connections.
+fn bulk_idle_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
+    let rows: Vec<(&AggKey, &Row)> = aggs
+        .iter()
+        .filter(|(k, _)| k.2 == "bulk-idle")
+        .flat_map(|(k, a)| a.rows.iter().map(move |r| (k, r)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Bulk transfer beside idle connections\n\nOne connection's transfer alone, then again while the given number of connections idle through the same chain; beside / alone is the target's ratio (at least 0.9).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| scenario | implementation | idle connections | run | MB/s alone | MB/s beside | beside / alone |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|");
+    for (k, r) in rows {
+        match r.alone_mb_per_s.filter(|_| r.status == Status::Ok) {
+            Some(alone) => {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {alone:.1} | {:.1} | {:.2} |",
+                    k.0,
+                    k.1,
+                    k.3,
+                    r.run,
+                    r.mb_per_s,
+                    r.mb_per_s / alone.max(1e-9)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | | |",
+                    k.0,
+                    k.1,
+                    k.3,
+                    r.run,
+                    r.message.as_deref().unwrap_or("not run")
+                );
+            }
+        }
     }
     let _ = writeln!(md);
 }

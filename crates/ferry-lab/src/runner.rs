@@ -48,6 +48,11 @@ pub enum Test {
     /// RSS per held idle connection (the memory scenario; alias `memory`).
     #[value(alias = "memory")]
     Idle,
+    /// One bulk transfer (`--amount`, one connection) alone, then again while `--idle`
+    /// connections are held open through the same chain: does a busy connection slow down
+    /// when thousands idle beside it? (name `bulk-idle`)
+    #[value(name = "bulk-idle")]
+    BulkIdle,
     /// `--churn` short connections (`--handshake-concurrency` at a time, each echoing a few
     /// bytes): each process's RSS after the first 10,000 and as the rest go through, sampled
     /// ten times (does memory come back?).
@@ -88,6 +93,7 @@ impl Test {
             Test::Handshake => ("Handshakes", ""),
             Test::Idle => ("Idle", ""),
             Test::Churn => ("Churn", ""),
+            Test::BulkIdle => ("Bulk beside idle", ""),
         }
     }
 }
@@ -101,6 +107,7 @@ impl Test {
             Test::Handshake => "handshake",
             Test::Idle => "idle",
             Test::Churn => "churn",
+            Test::BulkIdle => "bulk-idle",
             Test::Iperf3 => "iperf3",
             Test::Iperf3Reverse => "iperf3-reverse",
         }
@@ -255,7 +262,7 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
                     }
                     Test::Latency => vec![1],
                     Test::Handshake => vec![o.handshake_concurrency],
-                    Test::Idle => o.idle.clone(),
+                    Test::Idle | Test::BulkIdle => o.idle.clone(),
                     Test::Churn => vec![o.churn],
                 };
                 for p in params {
@@ -350,7 +357,7 @@ fn param_label(t: Test, p: usize) -> String {
         Test::Throughput | Test::Reverse | Test::Iperf3 | Test::Iperf3Reverse => {
             format!("x{p}")
         }
-        Test::Idle => format!("{p} conns"),
+        Test::Idle | Test::BulkIdle => format!("{p} conns"),
         Test::Churn => format!("{p} conns"),
         Test::Handshake => format!("{p} in parallel"),
         Test::Latency => String::new(),
@@ -658,7 +665,7 @@ impl Ctx<'_> {
 
     fn measure_in(&self, s: &Scenario, job: &Job, dir: &Path, row: &mut Row) -> Result<()> {
         let o = self.o;
-        if job.test == Test::Idle {
+        if matches!(job.test, Test::Idle | Test::BulkIdle) {
             // Each proxy holds two sockets per connection; this process holds two as well.
             let need = job.param as u64 * 2 + 200;
             if need > self.nofile {
@@ -810,6 +817,39 @@ impl Ctx<'_> {
                 });
             }
             Test::Iperf3 | Test::Iperf3Reverse => unreachable!("measured by measure_iperf3"),
+            Test::BulkIdle => {
+                let bulk = |what: &str| {
+                    self.rt
+                        .block_on(loadgen::bulk(
+                            &target,
+                            &BulkOpts {
+                                amount: o.amount,
+                                concurrency: 1,
+                                reverse: false,
+                                stall: o.stall,
+                            },
+                        ))
+                        .with_context(|| format!("bulk transfer {what}"))
+                };
+                let alone = bulk("alone")?;
+                self.check_receiver(&reports, job, o.amount)?;
+                let held = self
+                    .rt
+                    .block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
+                std::thread::sleep(Duration::from_secs(1));
+                let beside = bulk("beside the idle connections")?;
+                chain.procs.check_alive()?;
+                self.check_receiver(&reports, job, o.amount)?;
+                drop(held);
+                let after = chain.procs.usage();
+                row.bytes = beside.bytes;
+                row.secs = beside.secs;
+                row.mb_per_s = beside.mb_per_s();
+                row.gbit_per_s = beside.mb_per_s() * 8.0 / 1000.0;
+                row.alone_mb_per_s = Some(alone.mb_per_s());
+                row.cpu_secs = after.cpu_secs - before.cpu_secs;
+                row.peak_rss_kb = after.hwm_kb;
+            }
             Test::Churn => {
                 let n = job.param;
                 let first = n.min(10_000);

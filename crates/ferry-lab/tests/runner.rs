@@ -198,11 +198,13 @@ same_as = "xray"
         Test::Latency,
         Test::Handshake,
         Test::Churn,
+        Test::BulkIdle,
     ];
     o.churn = 1500;
+    o.idle = vec![30];
     let rows = runner::run(&o).unwrap();
     let relay: Vec<_> = rows.iter().filter(|r| r.scenario == "relay").collect();
-    assert_eq!(relay.len(), 5);
+    assert_eq!(relay.len(), 6);
     for r in relay {
         assert_eq!(r.status, Status::Ok, "{r:?}");
     }
@@ -235,6 +237,13 @@ same_as = "xray"
             .any(|(n, kb)| n == "relay" && *kb > 1000),
         "{samples:?}"
     );
+    // Bulk beside idle: both transfers measured, 30 connections held during the second.
+    let bi = rows.iter().find(|r| r.test == "bulk-idle").unwrap();
+    assert_eq!(bi.streams, 30);
+    assert!(
+        bi.alone_mb_per_s.unwrap() > 0.0 && bi.mb_per_s > 0.0,
+        "{bi:?}"
+    );
     let wg: Vec<_> = rows.iter().filter(|r| r.scenario == "wg").collect();
     assert!(!wg.is_empty());
     for r in wg {
@@ -244,6 +253,10 @@ same_as = "xray"
     assert!(md.contains("| wg | ferry | 1 | not yet |"), "{md}");
     assert!(md.contains("## Handshakes (fresh connections)"), "{md}");
     assert!(md.contains("## Churn"), "{md}");
+    assert!(
+        md.contains("## Bulk transfer beside idle connections"),
+        "{md}"
+    );
     assert!(md.contains("| relay | ferry | "), "{md}");
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&dir);
