@@ -68,6 +68,13 @@ pub struct ChurnSample {
     pub rss_kb: Vec<(String, u64)>,
 }
 
+impl ChurnSample {
+    /// RSS of every process together, MiB.
+    pub fn total_mib(&self) -> f64 {
+        self.rss_kb.iter().map(|(_, v)| *v).sum::<u64>() as f64 / 1024.0
+    }
+}
+
 /// One phase of the handshake test: the burst and the CPU each role spent on it.
 #[derive(Clone, Debug, Serialize)]
 pub struct HandshakePhase {
@@ -189,17 +196,15 @@ impl Row {
             }
             Status::Ok if self.churn.as_ref().is_some_and(|c| !c.is_empty()) => {
                 let c = self.churn.as_ref().expect("checked");
-                let total =
-                    |x: &ChurnSample| x.rss_kb.iter().map(|(_, v)| *v).sum::<u64>() as f64 / 1024.0;
                 let (a, b) = (&c[0], &c[c.len() - 1]);
                 format!(
                     "{} connections at {:.0} conn/s; RSS {:.1} MiB after {}, {:.1} MiB at the end ({:.3}x)",
                     b.conns,
                     b.conns as f64 / self.secs.max(1e-9),
-                    total(a),
+                    a.total_mib(),
                     a.conns,
-                    total(b),
-                    total(b) / total(a).max(1e-9)
+                    b.total_mib(),
+                    b.total_mib() / a.total_mib().max(1e-9)
                 )
             }
             Status::Ok => match (&self.ttfb, &self.rtt, self.rss_bytes_per_conn) {
@@ -799,13 +804,17 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
+/// Every row of one test, with its aggregation key.
+fn rows_of<'a>(aggs: &'a [(AggKey, Agg)], test: &str) -> Vec<(&'a AggKey, &'a Row)> {
+    aggs.iter()
+        .filter(|(k, _)| k.2 == test)
+        .flat_map(|(k, a)| a.rows.iter().map(move |r| (k, r)))
+        .collect()
+}
+
 /// The churn test: RSS after the first sample and at the end, per process, and the ratio.
 fn churn_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
-    let rows: Vec<(&AggKey, &Row)> = aggs
-        .iter()
-        .filter(|(k, _)| k.2 == "churn")
-        .flat_map(|(k, a)| a.rows.iter().map(move |r| (k, r)))
-        .collect();
+    let rows = rows_of(aggs, "churn");
     if rows.is_empty() {
         return;
     }
@@ -833,7 +842,6 @@ fn churn_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
             continue;
         };
         let (a, b) = (&s[0], &s[s.len() - 1]);
-        let total = |x: &ChurnSample| x.rss_kb.iter().map(|(_, v)| *v).sum::<u64>() as f64 / 1024.0;
         let by: Vec<String> = a
             .rss_kb
             .iter()
@@ -850,9 +858,9 @@ fn churn_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
             b.conns,
             r.run,
             b.conns as f64 / r.secs.max(1e-9),
-            total(a),
-            total(b),
-            total(b) / total(a).max(1e-9),
+            a.total_mib(),
+            b.total_mib(),
+            b.total_mib() / a.total_mib().max(1e-9),
             by.join(", ")
         );
     }
@@ -861,11 +869,7 @@ fn churn_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
 
 /// The bulk-idle test: one transfer alone and beside the idle connections.
 fn bulk_idle_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
-    let rows: Vec<(&AggKey, &Row)> = aggs
-        .iter()
-        .filter(|(k, _)| k.2 == "bulk-idle")
-        .flat_map(|(k, a)| a.rows.iter().map(move |r| (k, r)))
-        .collect();
+    let rows = rows_of(aggs, "bulk-idle");
     if rows.is_empty() {
         return;
     }

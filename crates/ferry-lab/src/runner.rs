@@ -876,14 +876,7 @@ impl Ctx<'_> {
                     done += count;
                     // Let the chain finish tearing the last ones down before the sample.
                     std::thread::sleep(Duration::from_millis(500));
-                    for r in reports.take() {
-                        if let Some(e) = &r.error {
-                            bail!("receiver: {e}");
-                        }
-                        if r.mode == Some(crate::wire::Mode::Echo) {
-                            echoed += 1;
-                        }
-                    }
+                    echoed += echoes(&reports)?;
                     samples.push(crate::report::ChurnSample {
                         conns: done,
                         rss_kb: chain
@@ -900,14 +893,7 @@ impl Ctx<'_> {
                 let t0 = Instant::now();
                 while echoed < n && t0.elapsed() < Duration::from_secs(10) {
                     std::thread::sleep(Duration::from_millis(100));
-                    for r in reports.take() {
-                        if let Some(e) = &r.error {
-                            bail!("receiver: {e}");
-                        }
-                        if r.mode == Some(crate::wire::Mode::Echo) {
-                            echoed += 1;
-                        }
-                    }
+                    echoed += echoes(&reports)?;
                 }
                 if echoed < n {
                     bail!("the receiver echoed {echoed} connections, loadgen made {n}");
@@ -1057,6 +1043,21 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// Takes the receiver's reports so far: how many were echo connections (an error it reported
+/// fails the measurement).
+fn echoes(reports: &receiver::Reports) -> Result<usize> {
+    let mut n = 0;
+    for r in reports.take() {
+        if let Some(e) = &r.error {
+            bail!("receiver: {e}");
+        }
+        if r.mode == Some(crate::wire::Mode::Echo) {
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
