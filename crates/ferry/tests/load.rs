@@ -118,9 +118,10 @@ fn accept_under_descriptor_exhaustion_recovers() {
         );
     };
     drop(again);
-    // Failing every 50 ms, logged once per 5 s: the first line, one per 5 s after it, and the
-    // line saying it accepts again.
-    let most = 2 + t0.elapsed().as_secs() as usize / 5;
+    // Failing every 50 ms, logged once per 5 s: per 5 s at most one failure line and one line
+    // saying it accepts again (the listener flaps: an accept that succeeds gives a connection
+    // whose dial fails for want of descriptors, and the next accept fails again).
+    let most = 2 * (1 + t0.elapsed().as_secs() as usize / 5);
     let out = p.output();
     let lines = out.matches("accept on").count();
     assert!(

@@ -373,6 +373,51 @@ impl Core {
     }
 }
 
+/// When an accept loop logs its failures (EMFILE, ENFILE, ENOBUFS): at most one failure line per
+/// `ACCEPT_LOG_EVERY`, with the count of the silent ones since the last line, and one line when
+/// accepts succeed again after a logged failure. A listener that flaps (one accept fails, the next
+/// succeeds and its dial fails for want of descriptors, ...) thus logs at most two lines per
+/// interval, not two every back-off.
+#[derive(Default)]
+struct AcceptLog {
+    /// When the last failure line was logged.
+    last_line: Option<std::time::Instant>,
+    /// Failures since that line, not logged.
+    silent: u64,
+    /// Failures since the last successful accept that was logged as a recovery.
+    all: u64,
+    /// A failure line was logged and no recovery line since.
+    announced: bool,
+}
+
+impl AcceptLog {
+    /// One failed accept at `now`: `Some(silent failures since the last line)` when it is to be
+    /// logged, `None` when it is only counted.
+    fn failed(&mut self, now: std::time::Instant) -> Option<u64> {
+        self.all += 1;
+        match self.last_line {
+            Some(at) if now.duration_since(at) < ACCEPT_LOG_EVERY => {
+                self.silent += 1;
+                None
+            }
+            _ => {
+                let n = std::mem::take(&mut self.silent);
+                self.last_line = Some(now);
+                self.announced = true;
+                Some(n)
+            }
+        }
+    }
+
+    /// One successful accept: `Some(failures in all)` when a recovery line is due.
+    fn accepted(&mut self) -> Option<u64> {
+        if !std::mem::take(&mut self.announced) {
+            return None;
+        }
+        Some(std::mem::take(&mut self.all))
+    }
+}
+
 /// What every connection of one inbound shares.
 struct Serve {
     handler: Arc<dyn InboundHandler>,
@@ -400,14 +445,11 @@ impl Serve {
             .local()
             .map(|e| e.to_string())
             .unwrap_or_else(|_| "?".into());
-        // Accept failures (EMFILE, ENFILE, ENOBUFS) are logged once per interval with the
-        // count since the last line; the loop backs off and keeps its listener.
-        // (when the last line was logged, failures since then, failures in all)
-        let mut failed: Option<(std::time::Instant, u64, u64)> = None;
+        let mut log = AcceptLog::default();
         loop {
             let (stream, source, local_ep) = match l.accept().await {
                 Ok(x) => {
-                    if let Some((_, _, all)) = failed.take() {
+                    if let Some(all) = log.accepted() {
                         tracing::warn!(
                             "accept on {local}: accepting again after {all} failed accept(s)"
                         );
@@ -415,27 +457,15 @@ impl Serve {
                     x
                 }
                 Err(e) => {
-                    let now = std::time::Instant::now();
-                    match &mut failed {
-                        Some((at, n, all)) if now.duration_since(*at) < ACCEPT_LOG_EVERY => {
-                            *n += 1;
-                            *all += 1;
-                        }
-                        Some((at, n, all)) => {
-                            tracing::warn!(
-                                "accept on {local}: {e} ({n} more since the last line); backing off, the listener stays"
-                            );
-                            *at = now;
-                            *n = 0;
-                            *all += 1;
-                        }
-                        None => {
-                            tracing::warn!(
-                                "accept on {local}: {e}; backing off, the listener stays (logged once per {}s)",
-                                ACCEPT_LOG_EVERY.as_secs()
-                            );
-                            failed = Some((now, 0, 1));
-                        }
+                    match log.failed(std::time::Instant::now()) {
+                        Some(0) => tracing::warn!(
+                            "accept on {local}: {e}; backing off, the listener stays (logged once per {}s)",
+                            ACCEPT_LOG_EVERY.as_secs()
+                        ),
+                        Some(n) => tracing::warn!(
+                            "accept on {local}: {e} ({n} more since the last line); backing off, the listener stays"
+                        ),
+                        None => {}
                     }
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
@@ -516,5 +546,51 @@ impl Serve {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AcceptLog, ACCEPT_BACKOFF, ACCEPT_LOG_EVERY};
+    use std::time::Instant;
+
+    /// A listener that flaps every back-off for 12 s logs two lines per 5 s interval at most,
+    /// and the counts it logs add up to every failure.
+    #[test]
+    fn a_flapping_listener_logs_twice_per_interval() {
+        let mut log = AcceptLog::default();
+        let t0 = Instant::now();
+        let (mut lines, mut failures, mut counted) = (0, 0u64, 0u64);
+        let mut t = t0;
+        while t.duration_since(t0).as_secs() < 12 {
+            failures += 1;
+            if let Some(n) = log.failed(t) {
+                lines += 1;
+                counted += n + 1;
+            }
+            if let Some(all) = log.accepted() {
+                lines += 1;
+                assert!(all >= 1);
+            }
+            t += ACCEPT_BACKOFF;
+        }
+        let intervals = 1 + 12 / ACCEPT_LOG_EVERY.as_secs();
+        assert_eq!(lines, 2 * intervals, "{lines} lines");
+        // The silent failures of the last interval are reported with the next line.
+        assert!(counted <= failures && failures - counted < 5_000 / 50 + 1);
+    }
+
+    /// Failing without a success in between: one line per interval, the recovery line carries
+    /// every failure since the last recovery.
+    #[test]
+    fn a_long_failure_is_logged_once_per_interval_then_recovery() {
+        let mut log = AcceptLog::default();
+        let t0 = Instant::now();
+        assert_eq!(log.accepted(), None, "no recovery line without a failure");
+        assert_eq!(log.failed(t0), Some(0));
+        assert_eq!(log.failed(t0 + ACCEPT_BACKOFF), None);
+        assert_eq!(log.failed(t0 + ACCEPT_LOG_EVERY), Some(1));
+        assert_eq!(log.accepted(), Some(3));
+        assert_eq!(log.accepted(), None);
     }
 }
