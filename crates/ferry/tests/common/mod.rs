@@ -270,17 +270,23 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Writes `data` on one thread while reading the same length back on this one; returns what came back.
-pub fn echo_through(mut s: TcpStream, data: &[u8]) -> Vec<u8> {
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut w = s.try_clone().unwrap();
+pub fn echo_through(s: TcpStream, data: &[u8]) -> Vec<u8> {
+    try_echo_through(s, data).unwrap()
+}
+
+/// [`echo_through`], with the error of the read or the write instead of a panic, so the caller
+/// can print the proxies' logs beside it.
+pub fn try_echo_through(mut s: TcpStream, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut w = s.try_clone()?;
     let out = data.to_vec();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&out).unwrap();
-    });
+    let writer = std::thread::spawn(move || w.write_all(&out));
     let mut got = vec![0u8; data.len()];
-    s.read_exact(&mut got).unwrap();
-    writer.join().unwrap();
-    got
+    let read = s.read_exact(&mut got);
+    let wrote = writer.join().expect("the writer thread panicked");
+    read.map_err(|e| std::io::Error::new(e.kind(), format!("reading the echo: {e}")))?;
+    wrote.map_err(|e| std::io::Error::new(e.kind(), format!("writing: {e}")))?;
+    Ok(got)
 }
 
 /// A TCP echo server on a free port, on the test's tokio runtime (in-process tests).
