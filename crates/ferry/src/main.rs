@@ -299,8 +299,8 @@ fn read_source(src: &str) -> Result<(String, String)> {
     Ok((src.to_string(), text))
 }
 
-/// Reads, merges and validates the configs; prints warnings to stderr.
-fn load(sources: &[String]) -> Result<Config> {
+/// Reads and merges the configs (the embedded default without any).
+fn read_merged(sources: &[String]) -> Result<serde_json::Value> {
     let mut docs = Vec::new();
     if sources.is_empty() {
         docs.push((
@@ -313,18 +313,87 @@ fn load(sources: &[String]) -> Result<Config> {
         let doc = config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?;
         docs.push((name, doc));
     }
-    let merged = config::merge_named(docs);
+    Ok(config::merge_named(docs))
+}
+
+/// The names of the configs, for messages.
+fn source_names(sources: &[String]) -> String {
+    if sources.is_empty() {
+        "the default config".to_string()
+    } else {
+        sources.join(", ")
+    }
+}
+
+/// Reads, merges and validates the configs; prints warnings to stderr.
+fn load(sources: &[String]) -> Result<(Config, serde_json::Value)> {
+    let merged = read_merged(sources)?;
     let diag = Diagnostics::default();
     let cfg = Config::from_value(&merged, &diag);
     for w in diag.take() {
         eprintln!("warning: {w}");
     }
-    let name = if sources.is_empty() {
-        "the default config".to_string()
-    } else {
-        sources.join(", ")
+    cfg.map(|c| (c, merged))
+        .map_err(|e| anyhow!("{}: {e}", source_names(sources)))
+}
+
+/// The parts of a config a reload does not change (the services bound at start, the log): the
+/// top-level keys whose value differs between `old` and `new`.
+fn restart_only_changes(old: &serde_json::Value, new: &serde_json::Value) -> Vec<&'static str> {
+    ["log", "api", "metrics", "stats"]
+        .into_iter()
+        .filter(|k| old.get(k) != new.get(k))
+        .collect()
+}
+
+/// SIGHUP: reads the configs again and switches the running instance to them (see
+/// [`Instance::reload`]); a config that does not load leaves the running one as it is.
+async fn reload(sources: &[String], inst: &mut Instance, running: &mut serde_json::Value) {
+    if sources.iter().any(|s| s == "-" || s == "stdin:") {
+        tracing::warn!(
+            "SIGHUP: the config came from stdin, which cannot be read again; nothing reloaded"
+        );
+        return;
+    }
+    let names = source_names(sources);
+    let merged = match read_merged(sources) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!("SIGHUP: {e:#}; still running the previous config");
+            return;
+        }
     };
-    cfg.map_err(|e| anyhow!("{name}: {e}"))
+    let diag = Diagnostics::default();
+    let cfg = Config::from_value_reusing(&merged, &diag, &inst.reuse());
+    for w in diag.take() {
+        tracing::warn!("{names}: {w}");
+    }
+    let cfg = match cfg {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("SIGHUP: {names}: {e}; still running the previous config");
+            return;
+        }
+    };
+    for k in restart_only_changes(running, &merged) {
+        tracing::warn!(
+            "SIGHUP: {k:?} changed; it takes effect at the next start (the running {k} stays)"
+        );
+    }
+    let r = inst.reload(cfg).await;
+    for (tag, e) in &r.failed {
+        tracing::error!("SIGHUP: inbound {}: {e}", show_tag(tag));
+    }
+    tracing::warn!(
+        "reloaded {names}: {} inbound(s) kept, {} replaced, {} added, {} removed, {} failed; outbounds, routing, dns and policy switched; {} connection(s) live",
+        r.kept.len(),
+        r.replaced.len(),
+        r.added.len(),
+        r.removed.len(),
+        r.failed.len(),
+        inst.live.count()
+    );
+    *running = merged;
 }
 
 fn describe(cfg: &Config) {
@@ -375,20 +444,36 @@ fn show_tag(t: &str) -> &str {
     }
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
+/// What the process was asked to do.
+enum Signal {
+    /// SIGINT or SIGTERM.
+    Stop,
+    /// SIGHUP.
+    Reload,
+}
+
+/// Waits for SIGINT, SIGTERM or SIGHUP.
+async fn next_signal(
+    term: &mut Option<tokio::signal::unix::Signal>,
+    hup: &mut Option<tokio::signal::unix::Signal>,
+) -> Signal {
+    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => Signal::Stop,
+        _ = recv(term) => Signal::Stop,
+        _ = recv(hup) => Signal::Reload,
     }
 }
 
 fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
-    let cfg = match load(&sources) {
+    let (cfg, mut running) = match load(&sources) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -412,7 +497,11 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let inst = match Instance::start(cfg).await {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Installed before the start line, so a panel's SIGHUP right after it is not fatal.
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut hup = signal(SignalKind::hangup()).ok();
+        let mut inst = match Instance::start(cfg).await {
             Ok(i) => i,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -438,7 +527,9 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
                  try: curl -x socks5h://127.0.0.1:1080 http://example.com/   or   curl -x http://127.0.0.1:1080 ..."
             );
         }
-        wait_for_signal().await;
+        while let Signal::Reload = next_signal(&mut term, &mut hup).await {
+            reload(&sources, &mut inst, &mut running).await;
+        }
         tracing::warn!("stopping: no new connections; waiting up to {grace}s for {} live", inst.live.count());
         let left = inst.stop(Duration::from_secs(grace)).await;
         if left > 0 {

@@ -131,7 +131,10 @@ fn tcp_echo(port: u16, len: usize, seed: u64, who: &[&Proc]) {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let got = try_echo_through(s, &data).unwrap_or_else(|e| {
         let logs: Vec<String> = who.iter().map(|p| p.output()).collect();
-        panic!("echo of {len} bytes through {port}: {e}\n{}", logs.join("\n"))
+        panic!(
+            "echo of {len} bytes through {port}: {e}\n{}",
+            logs.join("\n")
+        )
     });
     if got != data {
         let pos = got.iter().zip(&data).position(|(a, b)| a != b);

@@ -25,7 +25,8 @@ use crate::transport::BoxStream;
 pub struct Dispatcher {
     pub router: Swap<Router>,
     pub outbounds: Arc<Outbounds>,
-    pub policy: Policy,
+    /// The policy (levels and system switches); a reload swaps it.
+    pub policy: Swap<Policy>,
     /// `Some` when the `stats` object is present.
     pub stats: Option<Arc<Stats>>,
     pub access: AccessLog,
@@ -65,9 +66,14 @@ fn push(v: &mut Vec<Arc<AtomicU64>>, c: &Option<Arc<AtomicU64>>) {
 }
 
 impl Dispatcher {
+    /// The policy of a user level (the defaults for a level the config does not name).
+    pub fn level(&self, level: u32) -> crate::app::policy::LevelPolicy {
+        self.policy.load().level(level)
+    }
+
     /// The handshake timeout for an inbound connection (level 0 until a user is known).
     pub fn handshake_timeout(&self) -> Duration {
-        self.policy.level(0).handshake
+        self.level(0).handshake
     }
 
     /// Picks the outbound for a session (awaits only when the domain strategy resolves).
@@ -182,7 +188,7 @@ impl Dispatcher {
             ));
         }
         let _online = match (&self.stats, ctx.info.source.ip()) {
-            (Some(st), Some(ip)) if self.policy.level(user.level).stats_user_online => st
+            (Some(st), Some(ip)) if self.level(user.level).stats_user_online => st
                 .online_map(&crate::stats::online_name(&user.email))
                 .enter(ip),
             _ => None,
@@ -285,7 +291,7 @@ impl Dispatcher {
             ctx.info.source,
             fb.dest
         );
-        let level = self.policy.level(0);
+        let level = self.level(0);
         let opts = level.relay_opts();
         let counters = crate::relay::Counters::default();
         crate::relay::run(client, server, &opts, &counters).await.1
@@ -306,7 +312,7 @@ impl Dispatcher {
             let (outbound, routed) = self.pick(&session).await?;
             self.access.accepted(&session, &outbound.tag, routed);
             let (handshake, opts) = {
-                let level = self.policy.level(session.level());
+                let level = self.level(session.level());
                 (level.handshake, level.relay_opts())
             };
             let remote = match tokio::time::timeout(

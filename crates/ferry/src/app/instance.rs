@@ -83,8 +83,11 @@ pub struct RunningInbound {
     pub handler: Arc<dyn InboundHandler>,
     /// Where it listens (as configured).
     pub listen: Listen,
-    /// Its JSON object as configured (the API reads its users' accounts from it).
+    /// Its JSON object as configured (the API reads its users' accounts from it; a reload
+    /// keeps the inbound when the new config has the same object).
     pub json: serde_json::Value,
+    /// The addresses it is bound to (TCP, UDP and unix).
+    pub bound: Vec<(Network, Endpoint)>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -129,13 +132,12 @@ impl Drop for Tasks {
 pub struct Core {
     pub dispatcher: Arc<Dispatcher>,
     pub stats: Option<Arc<Stats>>,
-    /// Every bound address, by inbound tag (TCP, UDP and unix).
-    bound: std::sync::Mutex<Vec<(String, Network, Endpoint)>>,
     pub live: Arc<Live>,
     /// The running inbounds (add and remove them at run time).
     pub inbounds: Swap<Vec<Arc<RunningInbound>>>,
-    /// Resolves the counters of inbounds, outbounds and users added at run time.
-    pub counters: CounterSource,
+    /// Resolves the counters of inbounds, outbounds and users added at run time (a reload
+    /// swaps it with the policy).
+    pub counters: Swap<CounterSource>,
     /// The log settings (the API's RestartLogger reopens the access log).
     pub log: crate::app::log::LogConfig,
     /// When the instance started (the API's GetSysStats uptime).
@@ -146,6 +148,8 @@ pub struct Core {
 pub struct Instance {
     core: Arc<Core>,
     listeners: Vec<JoinHandle<()>>,
+    /// The observatory's probing task (a reload replaces it).
+    observatory: Option<JoinHandle<()>>,
 }
 
 impl std::ops::Deref for Instance {
@@ -179,7 +183,7 @@ impl Instance {
         let dispatcher = Arc::new(Dispatcher {
             router: Swap::new(cfg.router.clone()),
             outbounds: cfg.registry.clone(),
-            policy: cfg.policy.clone(),
+            policy: Swap::new(cfg.policy.clone()),
             stats: stats.clone(),
             access,
         });
@@ -192,21 +196,22 @@ impl Instance {
         let core = Arc::new(Core {
             dispatcher,
             stats: stats.clone(),
-            bound: Default::default(),
             live: Arc::new(Live::default()),
             inbounds: Swap::new(Vec::new()),
-            counters: cfg.counters.clone(),
+            counters: Swap::new(cfg.counters.clone()),
             log: cfg.log.clone(),
             started: std::time::Instant::now(),
         });
         let mut inst = Instance {
             core,
             listeners: Vec::new(),
+            observatory: None,
         };
-        if let Some(obs) = &cfg.router.observatory {
-            let task = obs.clone().run(cfg.registry.clone());
-            inst.listeners.push(tokio::spawn(task));
-        }
+        inst.observatory = cfg
+            .router
+            .observatory
+            .as_ref()
+            .map(|obs| tokio::spawn(obs.clone().run(cfg.registry.clone())));
         for ib in cfg.inbounds {
             inst.add_inbound(ib).await?;
         }
@@ -236,11 +241,137 @@ impl Instance {
     /// Stops accepting new connections and waits up to `grace` for live ones. Returns how many
     /// were still live when the grace period ended.
     pub async fn stop(self, grace: Duration) -> usize {
-        for l in &self.listeners {
+        for l in self.listeners.iter().chain(&self.observatory) {
             l.abort();
         }
         self.core.inbounds.store(Vec::new());
         self.core.live.drain(grace).await
+    }
+}
+
+/// What a reload did, by inbound (tags; `""` for an untagged one).
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// Inbounds whose object is the same: listeners, live connections and users added through
+    /// the API all kept.
+    pub kept: Vec<String>,
+    /// Inbounds whose object changed: the old listeners closed (their live connections go on
+    /// with the old settings), new ones bound.
+    pub replaced: Vec<String>,
+    /// Inbounds new in the config.
+    pub added: Vec<String>,
+    /// Inbounds gone from the config: listeners closed, live connections go on.
+    pub removed: Vec<String>,
+    /// Inbounds of the new config that could not be started, with why.
+    pub failed: Vec<(String, String)>,
+}
+
+impl Instance {
+    /// What a config read for a reload takes over from this instance (its stats and its
+    /// outbound registry).
+    pub fn reuse(&self) -> crate::config::Reuse {
+        crate::config::Reuse {
+            stats: self.core.stats.clone(),
+            registry: Some(self.core.dispatcher.outbounds.clone()),
+        }
+    }
+
+    /// Switches to `cfg` (read with [`Instance::reuse`]) without dropping connections: new
+    /// connections get the new outbounds, routing, DNS, policy and observatory at once; an
+    /// inbound whose JSON object is unchanged keeps running as it is; a changed or removed one
+    /// stops accepting while its live connections finish on the old settings. The API, the
+    /// metrics listener, the log and the presence of `stats` stay as they started (the caller
+    /// says so when the config changes them).
+    pub async fn reload(&mut self, cfg: Config) -> Reloaded {
+        let core = self.core.clone();
+        // Outbounds: the new list in the shared registry. The api and metrics outbounds are
+        // bound to the services this instance started, so the running ones stay.
+        let old = core.dispatcher.outbounds.load();
+        let counters = cfg.counters.clone();
+        let entries = cfg
+            .outbounds
+            .iter()
+            .map(|o| {
+                let service = matches!(o.protocol.as_str(), "api" | "metrics");
+                match old
+                    .list()
+                    .iter()
+                    .find(|e| service && e.protocol == o.protocol)
+                {
+                    Some(e) => e.clone(),
+                    None => Arc::new(OutboundEntry {
+                        tag: o.tag.as_str().into(),
+                        protocol: o.protocol.clone(),
+                        handler: o.handler.clone(),
+                        traffic: counters.outbound(&o.tag),
+                    }),
+                }
+            })
+            .collect();
+        core.dispatcher.outbounds.store(OutboundTable::new(entries));
+        core.dispatcher.policy.store(cfg.policy.clone());
+        core.counters.store(counters);
+        if let Some(dns) = &cfg.router.dns {
+            let route: Arc<dyn crate::app::dns::Route> = core.dispatcher.clone();
+            dns.set_route(Arc::downgrade(&route));
+        }
+        if let Some(t) = self.observatory.take() {
+            t.abort();
+        }
+        self.observatory = cfg
+            .router
+            .observatory
+            .as_ref()
+            .map(|obs| tokio::spawn(obs.clone().run(core.dispatcher.outbounds.clone())));
+        core.dispatcher.router.store(cfg.router);
+
+        // Inbounds: each running one is matched with at most one new one of the same tag and
+        // JSON object.
+        let running = core.inbounds.load();
+        let mut keep = vec![false; running.len()];
+        let mut start = Vec::new();
+        let mut out = Reloaded::default();
+        for ib in cfg.inbounds {
+            let same = running
+                .iter()
+                .enumerate()
+                .find(|(i, r)| !keep[*i] && r.tag == ib.tag && r.json == ib.json);
+            match same {
+                Some((i, _)) => {
+                    keep[i] = true;
+                    out.kept.push(ib.tag);
+                }
+                None => start.push(ib),
+            }
+        }
+        let dropped: Vec<Arc<RunningInbound>> = running
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| !**k)
+            .map(|(r, _)| r.clone())
+            .collect();
+        // The old listeners close first, so a changed inbound can bind its port again.
+        core.remove_inbounds(|r| dropped.iter().any(|d| Arc::ptr_eq(d, r)))
+            .await;
+        let mut replaced = std::collections::HashSet::new();
+        for ib in start {
+            let tag = ib.tag.clone();
+            let was = dropped.iter().any(|d| d.tag == tag);
+            match core.add_inbound(ib).await {
+                Ok(()) if was => {
+                    replaced.insert(tag.clone());
+                    out.replaced.push(tag);
+                }
+                Ok(()) => out.added.push(tag),
+                Err(e) => out.failed.push((tag, e.to_string())),
+            }
+        }
+        out.removed = dropped
+            .iter()
+            .filter(|d| !replaced.contains(&d.tag))
+            .map(|d| d.tag.clone())
+            .collect();
+        out
     }
 }
 
@@ -260,7 +391,7 @@ impl Core {
             tag: tag.clone(),
             dispatcher: self.dispatcher.clone(),
             acceptor: ib.stream.acceptor(),
-            traffic: Arc::new(self.counters.inbound(&ib.tag)),
+            traffic: Arc::new(self.counters.load().inbound(&ib.tag)),
             live: self.live.clone(),
             sniffing: ib.sniffing.clone(),
         });
@@ -311,13 +442,12 @@ impl Core {
                 }));
             }
         }
-        for (net, local) in bound {
+        for (net, local) in &bound {
             tracing::info!(
                 "inbound {:?} ({}) listening on {net} {local}",
                 ib.tag,
                 ib.protocol
             );
-            self.bind(&ib.tag, net, local);
         }
         let running = Arc::new(RunningInbound {
             tag: ib.tag,
@@ -325,6 +455,7 @@ impl Core {
             handler: ib.handler,
             listen: ib.listen,
             json: ib.json,
+            bound,
             tasks: std::sync::Mutex::new(std::mem::take(&mut tasks.0)),
         });
         self.inbounds.update(|v| {
@@ -335,36 +466,33 @@ impl Core {
         Ok(())
     }
 
-    fn bind(&self, tag: &str, net: Network, at: Endpoint) {
-        self.bound
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((tag.to_string(), net, at));
-    }
-
-    /// Every address bound so far, by inbound tag (TCP, UDP and unix).
+    /// Every address bound now, by inbound tag (TCP, UDP and unix).
     pub fn bound(&self) -> Vec<(String, Network, Endpoint)> {
-        self.bound.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inbounds
+            .load()
+            .iter()
+            .flat_map(|i| i.bound.iter().map(|(n, e)| (i.tag.clone(), *n, e.clone())))
+            .collect()
     }
 
     /// Stops one inbound's listeners (its live connections go on) and returns once its ports
     /// are free; false when no inbound has this tag.
     pub async fn remove_inbound(&self, tag: &str) -> bool {
+        self.remove_inbounds(|i| i.tag == tag).await > 0
+    }
+
+    /// Stops the listeners of every inbound `which` picks (their live connections go on) and
+    /// returns how many once their ports are free.
+    async fn remove_inbounds(&self, which: impl Fn(&Arc<RunningInbound>) -> bool) -> usize {
         let gone = self.inbounds.update(|v| {
-            let (out, keep): (Vec<_>, Vec<_>) = v.iter().cloned().partition(|i| i.tag == tag);
+            let (out, keep): (Vec<_>, Vec<_>) = v.iter().cloned().partition(|i| which(i));
             (keep, out)
         });
-        if gone.is_empty() {
-            return false;
-        }
-        self.bound
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(t, _, _)| t != tag);
+        let n = gone.len();
         for i in gone {
             i.close().await;
         }
-        true
+        n
     }
 
     /// The running inbound with this tag.

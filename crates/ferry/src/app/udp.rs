@@ -209,7 +209,7 @@ pub async fn serve_packets_sniffed(
     inbound: &Traffic,
     sniffing: Option<&crate::app::sniff::Sniffing>,
 ) -> io::Result<()> {
-    let idle = d.policy.level(session.level()).conn_idle;
+    let idle = d.level(session.level()).conn_idle;
     let idle = if idle.is_zero() {
         Duration::from_secs(300)
     } else {

@@ -420,9 +420,29 @@ pub fn parse_outbound(
     ))
 }
 
+/// What a reloaded config takes over from the running one, so counters and chained outbounds
+/// keep working across the reload.
+#[derive(Clone, Default)]
+pub struct Reuse {
+    /// The running stats: counters keep their values when the new config has `stats` too.
+    pub stats: Option<Arc<Stats>>,
+    /// The running outbound registry, which chained outbounds and the dispatcher dial through.
+    pub registry: Option<Arc<Outbounds>>,
+}
+
 impl Config {
     /// Reads a merged JSON document into a config; warnings go to `diag`.
     pub fn from_value(v: &Value, diag: &Diagnostics) -> reader::Result<Config> {
+        Config::from_value_reusing(v, diag, &Reuse::default())
+    }
+
+    /// [`Config::from_value`] for a reload: the stats and the outbound registry are the
+    /// running instance's (see [`Reuse`]).
+    pub fn from_value_reusing(
+        v: &Value,
+        diag: &Diagnostics,
+        reuse: &Reuse,
+    ) -> reader::Result<Config> {
         let root = Obj::new(v, "", diag)?;
         let log = services::parse_log(&root, diag)?;
         let policy = match root.obj("policy")? {
@@ -436,7 +456,7 @@ impl Config {
         let stats = match root.obj("stats")? {
             Some(s) => {
                 s.finish();
-                Some(Arc::new(Stats::default()))
+                Some(reuse.stats.clone().unwrap_or_default())
             }
             None => None,
         };
@@ -465,7 +485,7 @@ impl Config {
         let mut outbounds = Vec::new();
         let mut tags = HashSet::new();
         // The registry chained outbounds dial through; the instance fills it.
-        let registry = Arc::new(crate::registry::Outbounds::default());
+        let registry = reuse.registry.clone().unwrap_or_default();
         // (path, outbound, the outbound it dials through)
         let mut chains: Vec<(String, String, String)> = Vec::new();
         for o in root.objs(&["outbounds"])? {

@@ -182,7 +182,7 @@ impl InboundHandler for Dokodemo {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.policy.level(self.level).conn_idle;
+        let idle = ctx.dispatcher.level(self.level).conn_idle;
         let dest = self.dest(&Endpoint::Ip(socket.local_addr()?))?;
         let nat = UdpNat::new(
             ctx.dispatcher.clone(),

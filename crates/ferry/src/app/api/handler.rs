@@ -93,7 +93,8 @@ async fn add_inbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
     let diag = Diagnostics::default();
     let ib = Obj::new(&json, "inbound", &diag)
         .and_then(|o| {
-            let ib = crate::config::parse_inbound(&o, cfg.tag.clone(), &api.core.counters, &diag);
+            let ib =
+                crate::config::parse_inbound(&o, cfg.tag.clone(), &api.core.counters.load(), &diag);
             o.ignore(&["tag"]);
             o.finish();
             ib
@@ -435,7 +436,7 @@ async fn add_outbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
         tag: Arc::from(out.tag.as_str()),
         protocol: out.protocol,
         handler: out.handler,
-        traffic: api.core.counters.outbound(&out.tag),
+        traffic: api.core.counters.load().outbound(&out.tag),
     });
     tracing::info!("api: outbound {:?} added", cfg.tag);
     st.outbounds.insert(cfg.tag.clone(), cfg);

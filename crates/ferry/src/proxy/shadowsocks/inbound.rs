@@ -354,7 +354,6 @@ impl Inbound {
         let limit = ctx.dispatcher.handshake_timeout();
         let idle = ctx
             .dispatcher
-            .policy
             .level(0)
             .conn_idle
             .max(Duration::from_secs(1));

@@ -40,7 +40,7 @@ impl<'a> UdpServer<'a> {
 
     /// Serves client packets from `socket` until it fails.
     pub async fn serve(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.policy.level(0).conn_idle;
+        let idle = ctx.dispatcher.level(0).conn_idle;
         // Per-client state lives as long as the NAT keeps an idle session (zero: 5 minutes).
         let keep = if idle.is_zero() {
             Duration::from_secs(300)

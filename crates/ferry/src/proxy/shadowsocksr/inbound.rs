@@ -102,7 +102,6 @@ impl Inbound {
         let limit = ctx.dispatcher.handshake_timeout();
         let idle = ctx
             .dispatcher
-            .policy
             .level(0)
             .conn_idle
             .max(Duration::from_secs(1));
@@ -194,7 +193,7 @@ impl InboundHandler for Inbound {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.policy.level(0).conn_idle;
+        let idle = ctx.dispatcher.level(0).conn_idle;
         let keep = if idle.is_zero() {
             Duration::from_secs(300)
         } else {
