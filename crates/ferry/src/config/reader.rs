@@ -134,15 +134,29 @@ impl<'a> Obj<'a> {
 
     /// Finds the first of `names` present (exact match first, then case-insensitive); marks it used.
     /// Returns the key as spelled in the file and the value. A JSON `null` counts as absent.
+    /// The later names are spellings the first one takes precedence over (as in Xray): one
+    /// of them given beside it is marked read and warned as ignored.
     pub fn get_any(&self, names: &[&str]) -> Option<(&'a str, &'a Value)> {
-        for name in names {
-            let found = self
-                .map
-                .get_key_value(*name)
-                .or_else(|| self.map.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)));
-            if let Some((k, v)) = found {
+        let find = |name: &str| {
+            self.map
+                .get_key_value(name)
+                .or_else(|| self.map.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+        };
+        for (i, name) in names.iter().enumerate() {
+            if let Some((k, v)) = find(name) {
                 self.used.borrow_mut().insert(k.as_str());
                 if !v.is_null() {
+                    for other in &names[i + 1..] {
+                        if let Some((o, ov)) = find(other).filter(|(o, _)| *o != k) {
+                            self.used.borrow_mut().insert(o.as_str());
+                            if !ov.is_null() {
+                                self.diag.warn(
+                                    &self.key_path(o),
+                                    format!("ignored: {k:?} is given and takes precedence"),
+                                );
+                            }
+                        }
+                    }
                     return Some((k.as_str(), v));
                 }
             }

@@ -24,10 +24,12 @@ pub fn parse_log(root: &Obj<'_>, diag: &Diagnostics) -> reader::Result<LogConfig
             if !["debug", "info", "warning", "error", "none"]
                 .contains(&c.level.to_ascii_lowercase().as_str())
             {
-                return Err(ConfigError::new(
-                    l.key_path("loglevel"),
-                    format!("unknown level {:?}", c.level),
-                ));
+                // Xray takes any other level ("warn", "critical", "") as warning.
+                diag.warn(
+                    &l.key_path("loglevel"),
+                    format!("unknown level {:?}; warning, as Xray does", c.level),
+                );
+                c.level = "warning".into();
             }
             c.mask = match l.str("maskAddress")? {
                 Some(m) => crate::app::mask::Mask::parse(&m)
@@ -37,7 +39,7 @@ pub fn parse_log(root: &Obj<'_>, diag: &Diagnostics) -> reader::Result<LogConfig
             if l.bool("dnsLog")? == Some(true) {
                 diag.warn(
                     &l.key_path("dnsLog"),
-                    "Ferry has no DNS client yet, so there are no queries to log",
+                    "logging DNS queries is not supported yet; ignored",
                 );
             }
             l.finish();

@@ -123,7 +123,8 @@ pub(crate) fn parse_stream_obj(
             // Present but unused (security is none): accepted, as Xray does.
             s.ignore(&[k]);
         }
-        for key in [["tcpSettings", "rawSettings"]] {
+        // Xray reads `rawSettings` when both are given (`tcpSettings` is its older name).
+        for key in [["rawSettings", "tcpSettings"]] {
             if let Some((p, v)) = s.get_alias(&key) {
                 let t = Obj::new(v, p, s.diag())?;
                 if t.bool("acceptProxyProtocol")?.unwrap_or(false) {

@@ -126,6 +126,10 @@ const FIELDS: &[&str] = &[
     "uplinkHTTPMethod",
     "sessionPlacement",
     "sessionKey",
+    "sessionIDPlacement",
+    "sessionIDKey",
+    "sessionIDTable",
+    "sessionIDLength",
     "seqPlacement",
     "seqKey",
     "uplinkDataPlacement",
@@ -235,19 +239,38 @@ fn fields(o: &Obj<'_>, x: &mut XhttpSettings, outbound: bool) -> Result<()> {
             "uplinkHTTPMethod can be GET only in packet-up mode",
         ));
     }
-    for (key, place) in [
-        ("sessionPlacement", &mut x.session_placement),
-        ("seqPlacement", &mut x.seq_placement),
+    // Xray v26.6.22 renamed sessionPlacement/sessionKey to sessionIDPlacement/sessionIDKey
+    // (3x-ui writes the new names); the new ones take precedence.
+    for (keys, place) in [
+        (
+            &["sessionIDPlacement", "sessionPlacement"][..],
+            &mut x.session_placement,
+        ),
+        (&["seqPlacement"][..], &mut x.seq_placement),
     ] {
-        let v = o.str(key)?.unwrap_or_default();
-        *place = Placement::parse(&v).ok_or_else(|| {
-            ConfigError::new(
-                o.key_path(key),
-                format!("unsupported placement {v:?} (path, query, header or cookie)"),
-            )
-        })?;
+        if let Some((p, v)) = o.get_alias(keys) {
+            let v = super::reader::as_str(v, &p)?;
+            *place = Placement::parse(v).ok_or_else(|| {
+                ConfigError::new(
+                    p,
+                    format!("unsupported placement {v:?} (path, query, header or cookie)"),
+                )
+            })?;
+        } else {
+            *place = Placement::Path;
+        }
     }
-    x.session_key = o.str("sessionKey")?.unwrap_or_default();
+    x.session_key = o
+        .str_alias(&["sessionIDKey", "sessionKey"])?
+        .unwrap_or_default();
+    for k in ["sessionIDTable", "sessionIDLength"] {
+        if o.has(k) {
+            o.diag().warn(
+                &o.key_path(k),
+                "not supported yet; ignored (Ferry's session IDs are UUIDs, which every server takes)",
+            );
+        }
+    }
     x.seq_key = o.str("seqKey")?.unwrap_or_default();
     if let Some(m) = o.obj("xmux")? {
         x.xmux = xmux(&m)?;

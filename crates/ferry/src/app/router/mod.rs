@@ -310,11 +310,13 @@ impl Router {
                 "ipondemand" => DomainStrategy::IpOnDemand,
                 // Xray's router treats UseIP like AsIs.
                 "alwaysip" | "useip" => DomainStrategy::AsIs,
-                other => {
-                    return Err(ConfigError::new(
-                        o.key_path("domainStrategy"),
-                        format!("unknown domain strategy {other:?}"),
-                    ))
+                // Xray's router takes any other value as AsIs.
+                _ => {
+                    o.diag().warn(
+                        &o.key_path("domainStrategy"),
+                        format!("unknown domain strategy {s:?}; AsIs, as Xray does"),
+                    );
+                    DomainStrategy::AsIs
                 }
             },
         };
@@ -369,8 +371,15 @@ fn parse_rule(r: &Obj<'_>, assets: &Assets) -> Result<Rule> {
         }
         conds.push(Cond::Network(nets));
     }
-    if let Some((p, v)) = r.get_alias(&["domain", "domains"]) {
-        let list = reader::as_str_list(v, &p)?;
+    // Xray joins the two lists when both are given.
+    let domain = r.get("domain");
+    let domains = r.get("domains");
+    if let Some((p, _)) = domain.as_ref().or(domains.as_ref()) {
+        let mut list = Vec::new();
+        for (q, v) in domain.iter().chain(&domains) {
+            list.extend(reader::as_str_list(v, q)?);
+        }
+        let p = p.clone();
         conds.push(Cond::Domain(DomainSet::parse_with(
             &list,
             &p,
@@ -382,7 +391,7 @@ fn parse_rule(r: &Obj<'_>, assets: &Assets) -> Result<Rule> {
         let list = reader::as_str_list(v, &p)?;
         conds.push(Cond::Ip(IpSet::parse_with(&list, &p, assets)?));
     }
-    if let Some((p, v)) = r.get_alias(&["source", "sourceIP"]) {
+    if let Some((p, v)) = r.get_alias(&["sourceIP", "source"]) {
         let list = reader::as_str_list(v, &p)?;
         conds.push(Cond::Source(IpSet::parse_with(&list, &p, assets)?));
     }
@@ -631,7 +640,17 @@ mod tests {
                 "{st}"
             );
         }
-        assert!(router(json!({"domainStrategy": "Sometimes"})).is_err());
+        // An unknown strategy is AsIs, as in Xray, with a warning naming it.
+        let d = Diagnostics::default();
+        let v = json!({"domainStrategy": "Sometimes"});
+        let r = Router::parse(&Obj::new(&v, "routing", &d).unwrap()).unwrap();
+        assert!(matches!(r.strategy, DomainStrategy::AsIs));
+        let w = d.take();
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("routing.domainStrategy: unknown")),
+            "{w:?}"
+        );
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub fn parse_client(c: &Obj<'_>, counters: &crate::registry::CounterSource) -> R
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
     let fallbacks = crate::proxy::fallback::Fallbacks::parse(o)?;
     let mut accounts = Vec::new();
-    for c in o.client_objs(&["clients"])? {
+    for c in o.client_objs(&["clients", "users"])? {
         accounts.push(parse_client(&c, b.counters)?);
         c.finish();
     }

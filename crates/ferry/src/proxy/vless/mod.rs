@@ -178,7 +178,7 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
         tls,
     };
     let mut accounts = Vec::new();
-    for c in o.client_objs(&["clients"])? {
+    for c in o.client_objs(&["clients", "users"])? {
         accounts.push(parse_client(&c, b.counters, &defaults)?);
         c.finish();
     }

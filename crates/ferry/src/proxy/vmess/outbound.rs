@@ -51,12 +51,14 @@ fn parse_user(u: &Obj<'_>) -> Result<ClientUser> {
     let level = u.u64("level")?.unwrap_or(0) as u32;
     let email = u.str("email")?.unwrap_or_default();
     let sec_name = u.str("security")?.unwrap_or_default();
-    let security = parse_security(&sec_name).ok_or_else(|| {
-        ConfigError::new(
-            u.key_path("security"),
-            format!("unknown security {sec_name:?}"),
-        )
-    })?;
+    // Xray takes any other name as auto.
+    let security = parse_security(&sec_name).unwrap_or_else(|| {
+        u.diag().warn(
+            &u.key_path("security"),
+            format!("unknown security {sec_name:?}; auto, as Xray does"),
+        );
+        crate::proxy::vmess::SecurityChoice::Body(crate::proxy::vmess::auto_security())
+    });
     let experiments = u.str("experiments")?.unwrap_or_default();
     let auth_length = experiments
         .split('|')
@@ -362,9 +364,14 @@ mod tests {
             Some("s.port".into())
         );
         assert_eq!(err(json!({"address": "a", "port": 1})), Some("s.id".into()));
-        assert_eq!(
-            err(json!({"address": "a", "port": 1, "id": ID, "security": "rot13"})),
-            Some("s.security".into())
+        // An unknown security is auto, as in Xray, with a warning naming it.
+        let v = json!({"address": "a", "port": 1, "id": ID, "security": "rot13"});
+        assert!(parse_servers(&Obj::new(&v, "s", &d).unwrap()).is_ok());
+        assert!(
+            d.take()
+                .iter()
+                .any(|w| w.starts_with("s.security: unknown")),
+            "no warning"
         );
         assert_eq!(
             err(json!({"vnext": [{"address": "a", "port": 1, "users": []}]})),
