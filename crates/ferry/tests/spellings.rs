@@ -283,3 +283,58 @@ fn users_alias_on_vless_and_trojan_inbounds() {
         );
     }
 }
+
+/// What Xray v26.3.27 accepts and Ferry lacks is refused with its JSON path and "not supported
+/// yet", never dropped silently.
+#[test]
+fn features_ferry_lacks_are_refused_naming_them() {
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "tun inbound",
+            inbound(r#"{"protocol":"tun","settings":{"name":"xray0","MTU":1500}}"#),
+            "inbounds[0].protocol: \"tun\" is not supported yet",
+        ),
+        (
+            "legacy reverse",
+            r#"{"reverse":{"bridges":[{"tag":"b","domain":"r.test"}]},"outbounds":[{"protocol":"freedom"}]}"#
+                .into(),
+            "reverse: the legacy reverse proxy",
+        ),
+        (
+            "https webhook",
+            r#"{"outbounds":[{"tag":"d","protocol":"freedom"}],"routing":{"rules":[
+                {"type":"field","port":"443","outboundTag":"d","webhook":{"url":"https://hook.test/x"}}]}}"#
+                .into(),
+            "routing.rules[0].webhook.url: https webhooks are not supported yet",
+        ),
+        (
+            "wireguard outbound",
+            r#"{"outbounds":[{"protocol":"wireguard","settings":{"secretKey":"8N8KFs4qCyI3rF+Mpbrr0U2+e7zVRl7Fw/u1dhdf4Gk=","peers":[{"publicKey":"Ufhdr0RH8xLLIgcmeVmEHNKb0k6lj2gBsGbVzCFMlU0=","endpoint":"127.0.0.1:51820"}]}}]}"#
+                .into(),
+            "outbounds[0].protocol: \"wireguard\" is not supported yet",
+        ),
+    ];
+    for (name, cfg, want) in &cases {
+        let dir = tempdir::Dir::new("spell");
+        let p = dir.path().join("c.json");
+        std::fs::write(&p, cfg).unwrap();
+        let x = Command::new(peer("xray"))
+            .args(["run", "-test", "-c"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert!(
+            x.status.success(),
+            "{name}: xray refuses it too\n{}",
+            String::from_utf8_lossy(&x.stdout)
+        );
+        let f = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["test", "-c"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&f.stderr);
+        assert!(!f.status.success(), "{name}: ferry accepted it\n{err}");
+        assert!(err.contains(want), "{name}: no {want:?} in\n{err}");
+    }
+}

@@ -97,7 +97,7 @@ impl Dispatcher {
                 if let Some(t) = &rule.tag {
                     tracing::debug!("[{}] {} matched rule {t}", s.inbound_tag, s.dest);
                 }
-                match rule.balancer.as_deref().and_then(|b| router.balancer(b)) {
+                let picked = match rule.balancer.as_deref().and_then(|b| router.balancer(b)) {
                     Some(b) => {
                         let cands = b.candidates(table.list().iter().map(|e| &*e.tag));
                         // No pick (and no fallbackTag): the default outbound, as in Xray.
@@ -105,7 +105,11 @@ impl Dispatcher {
                             .and_then(|t| table.get(&t).cloned())
                     }
                     None => table.get(&rule.outbound).cloned(),
+                };
+                if let (Some(w), Some(e)) = (&rule.webhook, &picked) {
+                    w.fire(s, &e.tag);
                 }
+                picked
             }
             None => None,
         };

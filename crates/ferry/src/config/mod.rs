@@ -586,9 +586,14 @@ impl Config {
             }
         }
         root.ignore(&["api", "transport", "reverse", "fakedns"]);
-        for k in ["reverse"] {
-            if root.has(k) {
-                diag.warn(&root.key_path(k), "not supported yet; ignored");
+        // The legacy bridge/portal `reverse` (Xray v26.4.25 removed it): an empty object is
+        // nothing; anything in it is a feature Ferry lacks.
+        if let Some((p, v)) = root.get("reverse") {
+            if v.as_object().is_some_and(|m| !m.is_empty()) {
+                return Err(ConfigError::new(
+                    p,
+                    "the legacy reverse proxy (bridges/portals) is not supported yet",
+                ));
             }
         }
         root.finish();

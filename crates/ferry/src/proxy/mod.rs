@@ -191,7 +191,7 @@ pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
-pub const KNOWN_ELSEWHERE: &[&str] = &["wireguard", "hysteria", "loopback", "mtproto"];
+pub const KNOWN_ELSEWHERE: &[&str] = &["wireguard", "hysteria", "loopback", "mtproto", "tun"];
 
 fn find<T: Copy>(table: &[(&[&str], T)], name: &str) -> Option<T> {
     table

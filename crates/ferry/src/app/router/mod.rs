@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{Address, Network};
@@ -21,6 +22,7 @@ pub mod geodata;
 mod port;
 mod ranges;
 mod strset;
+pub mod webhook;
 
 pub use cidr::{IpRanges, IpSet};
 pub use domain::{DomainSet, DomainTable, DomainType};
@@ -116,6 +118,8 @@ pub struct Rule {
     /// `balancerTag`, when the rule names a balancer instead of an outbound.
     pub balancer: Option<String>,
     pub tag: Option<String>,
+    /// `webhook`: told when this rule picks a connection's outbound.
+    pub webhook: Option<Arc<webhook::Webhook>>,
     has_ip: bool,
 }
 
@@ -138,6 +142,7 @@ impl Rule {
             outbound,
             balancer: None,
             tag,
+            webhook: None,
             has_ip,
         }
     }
@@ -460,6 +465,10 @@ fn parse_rule(r: &Obj<'_>, assets: &Assets) -> Result<Rule> {
     }
     let mut rule = Rule::new(conds, outbound, tag);
     rule.balancer = balancer;
+    if let Some(w) = r.obj("webhook")? {
+        rule.webhook = webhook::Webhook::parse(&w)?.map(Arc::new);
+        w.finish();
+    }
     Ok(rule)
 }
 
