@@ -240,3 +240,110 @@ fn draw(
     root.present().map_err(e)?;
     Ok(())
 }
+
+/// One line chart per scenario with soak rows: the RSS of each implementation's chain over
+/// time; returns (file name, legend) pairs.
+pub fn write_soak_charts(
+    out: &Path,
+    rows: &[Row],
+    impls: &[String],
+) -> Result<Vec<(String, String)>> {
+    let mut made = Vec::new();
+    let mut scenarios: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.soak.is_some()) {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    for s in scenarios {
+        // (implementation, [(seconds, MiB)])
+        let lines: Vec<(&String, Vec<(f64, f64)>)> = impls
+            .iter()
+            .filter_map(|i| {
+                let r = rows
+                    .iter()
+                    .find(|r| r.scenario == s && &r.implementation == i && r.soak.is_some())?;
+                let soak = r.soak.as_ref()?;
+                Some((
+                    i,
+                    soak.samples
+                        .iter()
+                        .map(|x| (x.secs, x.total_mib()))
+                        .collect(),
+                ))
+            })
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let file = format!("chart-{s}-soak.png");
+        let title = format!("{s}: soak, RSS of the chain (MiB) over time (s)");
+        draw_lines(&out.join(&file), &title, &lines)?;
+        let legend = format!(
+            "{title}. Lines: {}.",
+            lines
+                .iter()
+                .enumerate()
+                .map(|(i, (n, _))| format!("{n} ({})", COLOR_NAMES[i % COLOR_NAMES.len()]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        made.push((file, legend));
+    }
+    Ok(made)
+}
+
+/// Names of [`PALETTE`]'s colours, for legends without text in the chart.
+const COLOR_NAMES: [&str; 5] = ["blue", "orange", "green", "red", "purple"];
+
+fn draw_lines(path: &Path, title: &str, lines: &[(&String, Vec<(f64, f64)>)]) -> Result<()> {
+    let text = have_font();
+    let root = BitMapBackend::new(path, (960, 520)).into_drawing_area();
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(e)?;
+    let points = lines.iter().flat_map(|(_, v)| v.iter());
+    let (xmax, ymax) = points.fold((1.0f64, 1.0f64), |(x, y), (a, b)| (x.max(*a), y.max(*b)));
+    let mut b = ChartBuilder::on(&root);
+    b.margin(16)
+        .x_label_area_size(if text { 40 } else { 10 })
+        .y_label_area_size(if text { 70 } else { 10 });
+    if text {
+        b.caption(title, ("sans-serif", 22));
+    }
+    let mut chart = b
+        .build_cartesian_2d(0f64..xmax * 1.02, 0f64..ymax * 1.15)
+        .map_err(|x| anyhow!("{x:?}"))?;
+    {
+        let mut mesh = chart.configure_mesh();
+        if text {
+            mesh.x_desc("seconds")
+                .y_desc("MiB")
+                .label_style(("sans-serif", 15));
+        } else {
+            mesh.x_labels(0).y_labels(0);
+        }
+        mesh.draw().map_err(|x| anyhow!("{x:?}"))?;
+    }
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let series = chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|x| anyhow!("{x:?}"))?;
+        if text {
+            series.label(name.as_str()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        }
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .draw()
+            .map_err(|x| anyhow!("{x:?}"))?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}

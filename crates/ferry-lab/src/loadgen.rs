@@ -515,6 +515,47 @@ pub async fn hold_idle(target: &Target, n: usize, timeout: Duration) -> Result<V
     Ok(held)
 }
 
+/// Connections a hostile or broken client holds (the soak test): `n` that connect to the
+/// entry and never send a byte, and `n` that ask the receiver for a large download through the
+/// chain and never read it (the proxies must not buffer it without bound).
+pub struct Hostile {
+    pub silent: Vec<TcpStream>,
+    pub never_reading: Vec<Conn>,
+}
+
+/// Opens [`Hostile`] connections: `n` of each kind.
+pub async fn hold_hostile(target: &Target, n: usize, timeout: Duration) -> Result<Hostile> {
+    let mut silent = Vec::with_capacity(n);
+    for _ in 0..n {
+        silent.push(
+            TcpStream::connect(target.connect)
+                .await
+                .with_context(|| format!("connecting to {}", target.connect))?,
+        );
+    }
+    let mut never_reading = Vec::with_capacity(n);
+    for i in 0..n {
+        let open = async {
+            let mut s = target.open().await?;
+            let h = Header {
+                mode: Mode::Download,
+                arg: 1 << 40,
+            };
+            s.write_all(&h.encode()).await?;
+            s.flush().await?;
+            Ok::<_, anyhow::Error>(s)
+        };
+        let s = tokio::time::timeout(timeout, open)
+            .await
+            .map_err(|_| anyhow!("never-reading connection {}: timed out", i + 1))??;
+        never_reading.push(s);
+    }
+    Ok(Hostile {
+        silent,
+        never_reading,
+    })
+}
+
 /// A burst of fresh connections (the handshake test).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ConnBurst {

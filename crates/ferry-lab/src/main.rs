@@ -61,6 +61,8 @@ enum Cmd {
         /// Short connections of the churn test.
         #[arg(long, default_value_t = 200_000)]
         churn: usize,
+        #[command(flatten)]
+        soak: SoakArgs,
         /// Idle connection counts for the idle (memory) test.
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
         idle: Vec<usize>,
@@ -80,6 +82,40 @@ enum Cmd {
         probe: Probe,
         #[command(flatten)]
         inner: InnerTlsArgs,
+        /// Skip the PNG charts.
+        #[arg(long)]
+        no_charts: bool,
+    },
+    /// `run --tests soak`: for `--duration`, idle connections held throughout and cycles of
+    /// churn, hostile clients and a bulk transfer; each process's RSS over time as a chart
+    /// (chart-SCENARIO-soak.png) and as JSON (results.json). A benchmark, not a test.
+    Soak {
+        /// Scenario names or groups, as for `run`.
+        #[arg(required = true)]
+        scenarios: Vec<String>,
+        /// Implementations, comma-separated.
+        #[arg(
+            long = "impl",
+            value_delimiter = ',',
+            default_value = "ferry,xray,sing-box"
+        )]
+        impls: Vec<String>,
+        /// Bytes of each cycle's bulk transfer (K/M/G suffixes).
+        #[arg(long, default_value = "256M")]
+        amount: String,
+        #[command(flatten)]
+        soak: SoakArgs,
+        /// Output folder (default results/<timestamp>/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Use this ferry binary instead of building `cargo build --release -p ferry`.
+        #[arg(long)]
+        ferry_bin: Option<PathBuf>,
+        /// Folder of peer binaries (default: scripts/peers.sh's cache).
+        #[arg(long)]
+        peers_dir: Option<PathBuf>,
+        #[command(flatten)]
+        probe: Probe,
         /// Skip the PNG charts.
         #[arg(long)]
         no_charts: bool,
@@ -123,6 +159,46 @@ enum Cmd {
         #[command(flatten)]
         inner: InnerTlsArgs,
     },
+}
+
+/// The soak test's settings, shared by `run --tests soak` and `soak`.
+#[derive(clap::Args, Clone)]
+struct SoakArgs {
+    /// How long the soak test runs (s/m/h suffixes).
+    #[arg(long, default_value = "5m")]
+    duration: String,
+    /// Connections held idle throughout the soak.
+    #[arg(long, default_value_t = 2000)]
+    soak_idle: usize,
+    /// Silent (and as many never-reading) clients held during each soak cycle.
+    #[arg(long, default_value_t = 50)]
+    soak_hostile: usize,
+    /// Short connections per soak cycle.
+    #[arg(long, default_value_t = 10_000)]
+    soak_churn: usize,
+}
+
+impl SoakArgs {
+    fn duration(&self) -> Result<Duration> {
+        let s = self.duration.trim();
+        let (n, unit) = match s
+            .char_indices()
+            .find(|(_, c)| !c.is_ascii_digit() && *c != '.')
+        {
+            Some((i, _)) => (&s[..i], &s[i..]),
+            None => (s, "s"),
+        };
+        let n: f64 = n
+            .parse()
+            .with_context(|| format!("--duration {s:?}: not a number"))?;
+        let secs = match unit {
+            "s" => n,
+            "m" => n * 60.0,
+            "h" => n * 3600.0,
+            _ => bail!("--duration {s:?}: use s, m or h"),
+        };
+        Ok(Duration::from_secs_f64(secs))
+    }
 }
 
 /// Inner TLS between loadgen and receiver, shared by `run` and `loadgen`.
@@ -197,6 +273,20 @@ fn timestamp() -> String {
     }
 }
 
+/// Runs the measurements, prints the report and says where it is.
+fn report_run(o: &RunOpts) -> Result<ExitCode> {
+    let rows = runner::run(o)?;
+    let md = std::fs::read_to_string(o.out.join("results.md")).unwrap_or_default();
+    println!("{md}");
+    println!("results in {}", o.out.display());
+    let errors = rows.iter().filter(|r| r.status == Status::Error).count();
+    if errors > 0 {
+        eprintln!("{errors} measurement(s) failed; see the report");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn real_main() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.cmd {
@@ -210,6 +300,7 @@ fn real_main() -> Result<ExitCode> {
             mut tests,
             reverse,
             churn,
+            soak,
             idle,
             baseline,
             ferry_bin,
@@ -266,19 +357,63 @@ fn real_main() -> Result<ExitCode> {
                 handshakes,
                 handshake_concurrency,
                 churn,
+                soak: soak.duration()?,
+                soak_idle: soak.soak_idle,
+                soak_hostile: soak.soak_hostile,
+                soak_churn: soak.soak_churn,
                 inner_tls,
                 charts: !no_charts,
             };
-            let rows = runner::run(&o)?;
-            let md = std::fs::read_to_string(o.out.join("results.md")).unwrap_or_default();
-            println!("{md}");
-            println!("results in {}", o.out.display());
-            let errors = rows.iter().filter(|r| r.status == Status::Error).count();
-            if errors > 0 {
-                eprintln!("{errors} measurement(s) failed; see the report");
-                return Ok(ExitCode::FAILURE);
+            report_run(&o)
+        }
+        Cmd::Soak {
+            scenarios,
+            impls,
+            amount,
+            soak,
+            out,
+            ferry_bin,
+            peers_dir,
+            probe,
+            no_charts,
+        } => {
+            for i in &impls {
+                if !runner::ALL_IMPLS.contains(&i.as_str()) {
+                    bail!(
+                        "unknown implementation {i:?}; known: {}",
+                        runner::ALL_IMPLS.join(", ")
+                    );
+                }
             }
-            Ok(ExitCode::SUCCESS)
+            let dir = scenario::default_dir();
+            let o = RunOpts {
+                scenarios: scenario::expand(&dir, &scenarios),
+                impls: impls.clone(),
+                streams: vec![1],
+                amount: wire::parse_size(&amount)?,
+                runs: 1,
+                out: out.unwrap_or_else(|| PathBuf::from("results").join(timestamp())),
+                tests: vec![Test::Soak],
+                idle: vec![soak.soak_idle],
+                baseline: impls.iter().find(|i| *i != "ferry").cloned(),
+                ferry_bin,
+                scenario_dir: dir,
+                peers_dir: peers_dir.unwrap_or_else(runner::peers_dir),
+                stall: Duration::from_secs_f64(probe.stall),
+                ttfb_count: probe.ttfb_count,
+                rr_count: probe.rr_count,
+                rr_size: probe.rr_size,
+                handshakes: probe.handshakes,
+                handshake_concurrency: probe.handshake_concurrency,
+                churn: 0,
+                soak: soak.duration()?,
+                soak_idle: soak.soak_idle,
+                soak_hostile: soak.soak_hostile,
+                soak_churn: soak.soak_churn,
+                inner_tls: None,
+                charts: !no_charts,
+            };
+            report_run(&o)
         }
         Cmd::List { scenario_dir } => {
             let dir = scenario_dir.unwrap_or_else(scenario::default_dir);

@@ -59,6 +59,79 @@ pub struct Row {
     /// The churn test's samples: after the first 10,000 connections, then ten more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub churn: Option<Vec<ChurnSample>>,
+    /// The soak test: what went through and RSS over time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak: Option<Soak>,
+}
+
+/// A soak run: idle connections held throughout, cycles of churn, hostile clients and one bulk
+/// transfer, each process's RSS sampled as it goes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Soak {
+    /// Connections held idle the whole time.
+    pub idle: usize,
+    /// Short connections made (each echoed).
+    pub churned: usize,
+    /// Hostile connections per cycle: this many silent and this many never-reading.
+    pub hostile: usize,
+    pub cycles: usize,
+    /// The bulk transfer of each cycle, MB/s.
+    pub bulk_mb_per_s: Vec<f64>,
+    pub samples: Vec<SoakSample>,
+}
+
+/// Each process's RSS (KiB) `secs` into the soak, after `phase`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SoakSample {
+    pub secs: f64,
+    pub phase: &'static str,
+    pub rss_kb: Vec<(String, u64)>,
+}
+
+impl SoakSample {
+    /// RSS of every process together, MiB.
+    pub fn total_mib(&self) -> f64 {
+        self.rss_kb.iter().map(|(_, v)| *v).sum::<u64>() as f64 / 1024.0
+    }
+}
+
+impl Soak {
+    /// The last sample of `phase` in cycle order: (first one, last one).
+    fn phase_ends(&self, phase: &str) -> Option<(&SoakSample, &SoakSample)> {
+        let mut it = self.samples.iter().filter(|s| s.phase == phase);
+        let first = it.next()?;
+        Some((first, it.next_back().unwrap_or(first)))
+    }
+
+    /// RSS after the first cycle and after the last (each taken after its bulk transfer, with
+    /// the idle connections held), MiB.
+    pub fn cycle_rss(&self) -> Option<(f64, f64)> {
+        self.phase_ends("cycle end")
+            .map(|(a, b)| (a.total_mib(), b.total_mib()))
+    }
+
+    /// The median bulk transfer, MB/s.
+    pub fn median_bulk(&self) -> f64 {
+        let mut v = self.bulk_mb_per_s.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    }
+
+    /// The largest sampled RSS, MiB.
+    pub fn peak_mib(&self) -> f64 {
+        self.samples
+            .iter()
+            .map(SoakSample::total_mib)
+            .fold(0.0, f64::max)
+    }
+
+    /// RSS of the named phase's first sample, MiB.
+    pub fn at(&self, phase: &str) -> Option<f64> {
+        self.samples
+            .iter()
+            .find(|s| s.phase == phase)
+            .map(SoakSample::total_mib)
+    }
 }
 
 /// Each process's RSS (KiB) after `conns` short connections went through the chain.
@@ -149,6 +222,7 @@ impl Row {
             idle_bytes_per_conn_by_process: None,
             handshake: None,
             churn: None,
+            soak: None,
             alone_mb_per_s: None,
         }
     }
@@ -192,6 +266,18 @@ impl Row {
                     self.mb_per_s,
                     self.streams,
                     self.mb_per_s / alone.max(1e-9)
+                )
+            }
+            Status::Ok if self.soak.is_some() => {
+                let s = self.soak.as_ref().expect("checked");
+                let (a, b) = s.cycle_rss().unwrap_or_default();
+                format!(
+                    "soak: {} cycles, {} churned, {} idle; RSS {a:.1} MiB after the first cycle, {b:.1} MiB after the last ({:.3}x), peak {:.1} MiB",
+                    s.cycles,
+                    s.churned,
+                    s.idle,
+                    b / a.max(1e-9),
+                    s.peak_mib()
                 )
             }
             Status::Ok if self.churn.as_ref().is_some_and(|c| !c.is_empty()) => {
@@ -274,6 +360,11 @@ pub fn write_all(out: &Path, o: &RunOpts, rows: &[Row]) -> Result<()> {
     let mut charts = Vec::new();
     if o.charts {
         charts = crate::chart::write_charts(out, rows, &impl_order(rows), &o.scenarios)?;
+        charts.extend(crate::chart::write_soak_charts(
+            out,
+            rows,
+            &impl_order(rows),
+        )?);
     }
     let md = markdown(o, rows, &charts);
     std::fs::write(out.join("results.md"), md)?;
@@ -579,6 +670,7 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
     }
     handshake_table(&mut md, o, &aggs);
     churn_table(&mut md, &aggs);
+    soak_table(&mut md, &aggs);
     bulk_idle_table(&mut md, &aggs);
     let errors: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Error).collect();
     if !errors.is_empty() {
@@ -862,6 +954,62 @@ fn churn_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
             b.total_mib(),
             b.total_mib() / a.total_mib().max(1e-9),
             by.join(", ")
+        );
+    }
+    let _ = writeln!(md);
+}
+
+/// The soak test: RSS at each stage, the growth from the first cycle to the last, and the bulk
+/// transfer's speed.
+fn soak_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
+    let rows = rows_of(aggs, "soak");
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Soak\n\nIdle connections held throughout; each cycle: `--soak-churn` short connections (each echoed), silent and never-reading clients held during it, one bulk transfer. RSS of every proxy process together, MiB: at the start, with the idle connections held, after the first and the last cycle (last / first: does memory grow over time?), the peak, and after the idle connections went. The series is in results.json and the chart.\n"
+    );
+    let _ = writeln!(md, "| scenario | implementation | idle | hostile | cycles | churned | start | idle held | first cycle | last cycle | last / first | peak | released | bulk MB/s (median, min) |");
+    let _ = writeln!(
+        md,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
+    for (k, r) in rows {
+        let Some(s) = r.soak.as_ref().filter(|_| r.status == Status::Ok) else {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | | | | {} | | | | | | | |",
+                k.0,
+                k.1,
+                k.3,
+                r.message.as_deref().unwrap_or("not run")
+            );
+            continue;
+        };
+        let (a, b) = s.cycle_rss().unwrap_or_default();
+        let f = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_default();
+        let min = s
+            .bulk_mb_per_s
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {a:.1} | {b:.1} | {:.3} | {:.1} | {} | {:.0}, {:.0} |",
+            k.0,
+            k.1,
+            s.idle,
+            s.hostile,
+            s.cycles,
+            s.churned,
+            f(s.at("start")),
+            f(s.at("idle held")),
+            b / a.max(1e-9),
+            s.peak_mib(),
+            f(s.at("released")),
+            s.median_bulk(),
+            if min.is_finite() { min } else { 0.0 },
         );
     }
     let _ = writeln!(md);

@@ -57,6 +57,11 @@ pub enum Test {
     /// bytes): each process's RSS after the first 10,000 and as the rest go through, sampled
     /// ten times (does memory come back?).
     Churn,
+    /// For `--duration`: `--soak-idle` connections held idle throughout, and cycles of
+    /// `--soak-churn` short connections, `--soak-hostile` silent and as many never-reading clients, and one
+    /// `--amount` bulk transfer; each process's RSS sampled after every step (a chart and the
+    /// JSON series in the results). A benchmark, not a CI test.
+    Soak,
     /// iperf3 client -> chain -> iperf3 server (the community reports' load; it loads the
     /// proxy differently from loadgen: one control connection, then the data streams).
     Iperf3,
@@ -94,6 +99,7 @@ impl Test {
             Test::Idle => ("Idle", ""),
             Test::Churn => ("Churn", ""),
             Test::BulkIdle => ("Bulk beside idle", ""),
+            Test::Soak => ("Soak", ""),
         }
     }
 }
@@ -108,6 +114,7 @@ impl Test {
             Test::Idle => "idle",
             Test::Churn => "churn",
             Test::BulkIdle => "bulk-idle",
+            Test::Soak => "soak",
             Test::Iperf3 => "iperf3",
             Test::Iperf3Reverse => "iperf3-reverse",
         }
@@ -142,6 +149,14 @@ pub struct RunOpts {
     pub handshake_concurrency: usize,
     /// Short connections of the churn test.
     pub churn: usize,
+    /// How long the soak test runs.
+    pub soak: Duration,
+    /// Connections the soak test holds idle throughout.
+    pub soak_idle: usize,
+    /// Silent (and as many never-reading) connections per soak cycle.
+    pub soak_hostile: usize,
+    /// Short connections per soak cycle.
+    pub soak_churn: usize,
     /// loadgen speaks TLS to the receiver through the chain (not iperf3, which has no TLS).
     pub inner_tls: Option<InnerTls>,
     /// Write charts (PNG).
@@ -264,6 +279,7 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
                     Test::Handshake => vec![o.handshake_concurrency],
                     Test::Idle | Test::BulkIdle => o.idle.clone(),
                     Test::Churn => vec![o.churn],
+                    Test::Soak => vec![o.soak_idle],
                 };
                 for p in params {
                     for r in 1..=o.runs {
@@ -359,6 +375,7 @@ fn param_label(t: Test, p: usize) -> String {
         }
         Test::Idle | Test::BulkIdle => format!("{p} conns"),
         Test::Churn => format!("{p} conns"),
+        Test::Soak => format!("{p} idle"),
         Test::Handshake => format!("{p} in parallel"),
         Test::Latency => String::new(),
     }
@@ -904,6 +921,12 @@ impl Ctx<'_> {
                 row.secs = start.elapsed().as_secs_f64();
                 row.churn = Some(samples);
             }
+            Test::Soak => {
+                row.soak = Some(self.soak(&mut chain, &target, &reports, job)?);
+                let after = chain.procs.usage();
+                row.cpu_secs = after.cpu_secs - before.cpu_secs;
+                row.peak_rss_kb = after.hwm_kb;
+            }
             Test::Idle => {
                 std::thread::sleep(Duration::from_millis(300));
                 let base = chain.procs.usage();
@@ -941,6 +964,113 @@ impl Ctx<'_> {
         chain.procs.stop_all();
         row.status = Status::Ok;
         Ok(())
+    }
+
+    /// The soak test (see [`Test::Soak`]).
+    fn soak(
+        &self,
+        chain: &mut Chain,
+        target: &Target,
+        reports: &receiver::Reports,
+        job: &Job,
+    ) -> Result<crate::report::Soak> {
+        use crate::report::SoakSample;
+        let o = self.o;
+        let start = Instant::now();
+        let mut samples = Vec::new();
+        let sample = |phase: &'static str, samples: &mut Vec<SoakSample>, chain: &Chain| {
+            samples.push(SoakSample {
+                secs: start.elapsed().as_secs_f64(),
+                phase,
+                rss_kb: chain
+                    .procs
+                    .usage_by_name()
+                    .into_iter()
+                    .map(|(n, u)| (n, u.rss_kb))
+                    .collect(),
+            })
+        };
+        // The receiver's reports: echoes counted; a never-reading client's download ends in
+        // an error at the receiver when it goes, which is expected.
+        let drain = || -> Result<usize> {
+            let mut n = 0;
+            for r in reports.take() {
+                match (&r.error, r.mode) {
+                    (_, Some(crate::wire::Mode::Download)) => {}
+                    (Some(e), _) => bail!("receiver: {e}"),
+                    (None, Some(crate::wire::Mode::Echo)) => n += 1,
+                    _ => {}
+                }
+            }
+            Ok(n)
+        };
+        let mut echoed = 0;
+        sample("start", &mut samples, chain);
+        let held = self
+            .rt
+            .block_on(loadgen::hold_idle(target, job.param, o.stall))
+            .context("soak: holding the idle connections")?;
+        sample("idle held", &mut samples, chain);
+        let (mut churned, mut cycles, mut bulk) = (0, 0, Vec::new());
+        while start.elapsed() < o.soak {
+            let hostile = self
+                .rt
+                .block_on(loadgen::hold_hostile(target, o.soak_hostile, o.stall))
+                .context("soak: hostile clients")?;
+            let per = o.soak_churn.div_ceil(5).max(1);
+            for _ in 0..5 {
+                self.rt
+                    .block_on(loadgen::fresh_conns(
+                        target,
+                        per,
+                        o.handshake_concurrency,
+                        HANDSHAKE_MSG,
+                        o.stall,
+                    ))
+                    .with_context(|| format!("soak: churn after {churned} connections"))?;
+                churned += per;
+                sample("churn", &mut samples, chain);
+                echoed += drain()?;
+            }
+            let t = self
+                .rt
+                .block_on(loadgen::bulk(
+                    target,
+                    &BulkOpts {
+                        amount: o.amount,
+                        concurrency: 1,
+                        reverse: false,
+                        stall: o.stall,
+                    },
+                ))
+                .context("soak: bulk transfer")?;
+            bulk.push(t.mb_per_s());
+            drop(hostile);
+            chain.procs.check_alive()?;
+            std::thread::sleep(Duration::from_millis(500));
+            sample("cycle end", &mut samples, chain);
+            cycles += 1;
+        }
+        drop(held);
+        std::thread::sleep(Duration::from_secs(2));
+        sample("released", &mut samples, chain);
+        let t0 = Instant::now();
+        while echoed < churned && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+            echoed += drain()?;
+        }
+        if echoed < churned {
+            bail!("soak: the receiver echoed {echoed} connections, loadgen made {churned}");
+        }
+        chain.procs.check_alive()?;
+        Ok(crate::report::Soak {
+            idle: job.param,
+            churned,
+            hostile: o.soak_hostile,
+            cycles,
+            bulk_mb_per_s: bulk,
+            samples,
+        })
     }
 
     /// iperf3 through the chain: `iperf3 -s` is the target, `iperf3 -c` connects to the entry

@@ -146,6 +146,10 @@ fn opts(scenarios: &[&str], impls: &[&str], out: &Path, dir: &Path) -> RunOpts {
         handshakes: 20,
         handshake_concurrency: 4,
         churn: 2000,
+        soak: Duration::from_secs(1),
+        soak_idle: 20,
+        soak_hostile: 5,
+        soak_churn: 500,
         inner_tls: None,
         charts: false,
     }
@@ -199,12 +203,13 @@ same_as = "xray"
         Test::Handshake,
         Test::Churn,
         Test::BulkIdle,
+        Test::Soak,
     ];
     o.churn = 1500;
     o.idle = vec![30];
     let rows = runner::run(&o).unwrap();
     let relay: Vec<_> = rows.iter().filter(|r| r.scenario == "relay").collect();
-    assert_eq!(relay.len(), 6);
+    assert_eq!(relay.len(), 7);
     for r in relay {
         assert_eq!(r.status, Status::Ok, "{r:?}");
     }
@@ -244,6 +249,19 @@ same_as = "xray"
         bi.alone_mb_per_s.unwrap() > 0.0 && bi.mb_per_s > 0.0,
         "{bi:?}"
     );
+    // Soak: at least one cycle of 500 short connections beside 20 idle ones, hostile clients
+    // held and let go, RSS sampled at every stage.
+    let sk = rows.iter().find(|r| r.test == "soak").unwrap();
+    let s = sk.soak.as_ref().unwrap();
+    assert!(s.cycles >= 1 && s.churned == 500 * s.cycles, "{s:?}");
+    assert_eq!(
+        (s.idle, s.hostile, s.bulk_mb_per_s.len()),
+        (20, 5, s.cycles)
+    );
+    for phase in ["start", "idle held", "churn", "cycle end", "released"] {
+        assert!(s.samples.iter().any(|x| x.phase == phase), "{phase}: {s:?}");
+    }
+    assert!(s.samples.iter().all(|x| x.total_mib() > 1.0), "{s:?}");
     let wg: Vec<_> = rows.iter().filter(|r| r.scenario == "wg").collect();
     assert!(!wg.is_empty());
     for r in wg {
@@ -253,6 +271,7 @@ same_as = "xray"
     assert!(md.contains("| wg | ferry | 1 | not yet |"), "{md}");
     assert!(md.contains("## Handshakes (fresh connections)"), "{md}");
     assert!(md.contains("## Churn"), "{md}");
+    assert!(md.contains("## Soak"), "{md}");
     assert!(
         md.contains("## Bulk transfer beside idle connections"),
         "{md}"

@@ -55,6 +55,10 @@ fn opts(scenarios: &[&str], out: &Path, dir: &Path) -> RunOpts {
         handshakes: 20,
         handshake_concurrency: 4,
         churn: 2000,
+        soak: Duration::from_secs(1),
+        soak_idle: 10,
+        soak_hostile: 2,
+        soak_churn: 100,
         inner_tls: None,
         charts: false,
     }
