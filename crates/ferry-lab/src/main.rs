@@ -176,6 +176,9 @@ struct SoakArgs {
     /// Short connections per soak cycle.
     #[arg(long, default_value_t = 10_000)]
     soak_churn: usize,
+    /// End the soak after this many cycles, if `--duration` has not ended it (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    soak_cycles: usize,
 }
 
 impl SoakArgs {
@@ -361,6 +364,7 @@ fn real_main() -> Result<ExitCode> {
                 soak_idle: soak.soak_idle,
                 soak_hostile: soak.soak_hostile,
                 soak_churn: soak.soak_churn,
+                soak_cycles: soak.soak_cycles,
                 inner_tls,
                 charts: !no_charts,
             };
@@ -410,6 +414,7 @@ fn real_main() -> Result<ExitCode> {
                 soak_idle: soak.soak_idle,
                 soak_hostile: soak.soak_hostile,
                 soak_churn: soak.soak_churn,
+                soak_cycles: soak.soak_cycles,
                 inner_tls: None,
                 charts: !no_charts,
             };

@@ -75,7 +75,9 @@ pub struct Soak {
     /// Hostile connections per cycle: this many silent and this many never-reading.
     pub hostile: usize,
     pub cycles: usize,
-    /// The bulk transfer of each cycle, MB/s.
+    /// The bulk transfer before the idle connections were opened, MB/s.
+    pub bulk_alone_mb_per_s: f64,
+    /// The bulk transfer of each cycle (beside the idle connections), MB/s.
     pub bulk_mb_per_s: Vec<f64>,
     pub samples: Vec<SoakSample>,
 }
@@ -115,6 +117,13 @@ impl Soak {
         let mut v = self.bulk_mb_per_s.clone();
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
+    }
+
+    /// RSS growth per idle connection (from after the lone bulk transfer to the idle
+    /// connections held, before any cycle), KiB.
+    pub fn idle_kib_per_conn(&self) -> Option<f64> {
+        let (a, b) = (self.at("bulk alone")?, self.at("idle held")?);
+        Some((b - a) * 1024.0 / self.idle.max(1) as f64)
     }
 
     /// The largest sampled RSS, MiB.
@@ -968,18 +977,18 @@ fn soak_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
     }
     let _ = writeln!(
         md,
-        "## Soak\n\nIdle connections held throughout; each cycle: `--soak-churn` short connections (each echoed), silent and never-reading clients held during it, one bulk transfer. RSS of every proxy process together, MiB: at the start, with the idle connections held, after the first and the last cycle (last / first: does memory grow over time?), the peak, and after the idle connections went. The series is in results.json and the chart.\n"
+        "## Soak\n\nOne bulk transfer alone, then idle connections held throughout; each cycle: `--soak-churn` short connections (each echoed), silent and never-reading clients held during it, one bulk transfer. RSS of every proxy process together, MiB: at the start, with the idle connections held (and the growth per idle connection), after the first and the last cycle (last / first: does memory grow over time?), the peak, and after the idle connections went; the bulk transfer alone and beside them (median and slowest cycle). The series is in results.json and the chart.\n"
     );
-    let _ = writeln!(md, "| scenario | implementation | idle | hostile | cycles | churned | start | idle held | first cycle | last cycle | last / first | peak | released | bulk MB/s (median, min) |");
+    let _ = writeln!(md, "| scenario | implementation | idle | hostile | cycles | churned | start | idle held | KiB per idle conn | first cycle | last cycle | last / first | peak | released | bulk alone MB/s | beside (median, min) | beside / alone |");
     let _ = writeln!(
         md,
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
     );
     for (k, r) in rows {
         let Some(s) = r.soak.as_ref().filter(|_| r.status == Status::Ok) else {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | | | | {} | | | | | | | |",
+                "| {} | {} | {} | | | | {} | | | | | | | | | | |",
                 k.0,
                 k.1,
                 k.3,
@@ -996,7 +1005,7 @@ fn soak_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
             .fold(f64::INFINITY, f64::min);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {a:.1} | {b:.1} | {:.3} | {:.1} | {} | {:.0}, {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {a:.1} | {b:.1} | {:.3} | {:.1} | {} | {:.0} | {:.0}, {:.0} | {:.2} |",
             k.0,
             k.1,
             s.idle,
@@ -1005,11 +1014,14 @@ fn soak_table(md: &mut String, aggs: &[(AggKey, Agg)]) {
             s.churned,
             f(s.at("start")),
             f(s.at("idle held")),
+            f(s.idle_kib_per_conn()),
             b / a.max(1e-9),
             s.peak_mib(),
             f(s.at("released")),
+            s.bulk_alone_mb_per_s,
             s.median_bulk(),
             if min.is_finite() { min } else { 0.0 },
+            s.median_bulk() / s.bulk_alone_mb_per_s.max(1e-9),
         );
     }
     let _ = writeln!(md);

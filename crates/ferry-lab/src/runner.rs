@@ -157,6 +157,8 @@ pub struct RunOpts {
     pub soak_hostile: usize,
     /// Short connections per soak cycle.
     pub soak_churn: usize,
+    /// The soak ends after this many cycles (0: only `soak` ends it).
+    pub soak_cycles: usize,
     /// loadgen speaks TLS to the receiver through the chain (not iperf3, which has no TLS).
     pub inner_tls: Option<InnerTls>,
     /// Write charts (PNG).
@@ -1005,14 +1007,33 @@ impl Ctx<'_> {
             Ok(n)
         };
         let mut echoed = 0;
+        let bulk_once = |what: &str| {
+            self.rt
+                .block_on(loadgen::bulk(
+                    target,
+                    &BulkOpts {
+                        amount: o.amount,
+                        concurrency: 1,
+                        reverse: false,
+                        stall: o.stall,
+                    },
+                ))
+                .with_context(|| format!("soak: bulk transfer {what}"))
+                .map(|t| t.mb_per_s())
+        };
         sample("start", &mut samples, chain);
+        // The same transfer alone, before anything else is held: what the cycles' transfers
+        // beside the idle connections compare with.
+        let alone = bulk_once("alone")?;
+        std::thread::sleep(Duration::from_millis(500));
+        sample("bulk alone", &mut samples, chain);
         let held = self
             .rt
             .block_on(loadgen::hold_idle(target, job.param, o.stall))
             .context("soak: holding the idle connections")?;
         sample("idle held", &mut samples, chain);
         let (mut churned, mut cycles, mut bulk) = (0, 0, Vec::new());
-        while start.elapsed() < o.soak {
+        while start.elapsed() < o.soak && (o.soak_cycles == 0 || cycles < o.soak_cycles) {
             let hostile = self
                 .rt
                 .block_on(loadgen::hold_hostile(target, o.soak_hostile, o.stall))
@@ -1032,19 +1053,7 @@ impl Ctx<'_> {
                 sample("churn", &mut samples, chain);
                 echoed += drain()?;
             }
-            let t = self
-                .rt
-                .block_on(loadgen::bulk(
-                    target,
-                    &BulkOpts {
-                        amount: o.amount,
-                        concurrency: 1,
-                        reverse: false,
-                        stall: o.stall,
-                    },
-                ))
-                .context("soak: bulk transfer")?;
-            bulk.push(t.mb_per_s());
+            bulk.push(bulk_once("beside the idle connections")?);
             drop(hostile);
             chain.procs.check_alive()?;
             std::thread::sleep(Duration::from_millis(500));
@@ -1068,6 +1077,7 @@ impl Ctx<'_> {
             churned,
             hostile: o.soak_hostile,
             cycles,
+            bulk_alone_mb_per_s: alone,
             bulk_mb_per_s: bulk,
             samples,
         })

@@ -150,6 +150,7 @@ fn opts(scenarios: &[&str], impls: &[&str], out: &Path, dir: &Path) -> RunOpts {
         soak_idle: 20,
         soak_hostile: 5,
         soak_churn: 500,
+        soak_cycles: 0,
         inner_tls: None,
         charts: false,
     }
@@ -258,10 +259,18 @@ same_as = "xray"
         (s.idle, s.hostile, s.bulk_mb_per_s.len()),
         (20, 5, s.cycles)
     );
-    for phase in ["start", "idle held", "churn", "cycle end", "released"] {
+    for phase in [
+        "start",
+        "bulk alone",
+        "idle held",
+        "churn",
+        "cycle end",
+        "released",
+    ] {
         assert!(s.samples.iter().any(|x| x.phase == phase), "{phase}: {s:?}");
     }
     assert!(s.samples.iter().all(|x| x.total_mib() > 1.0), "{s:?}");
+    assert!(s.bulk_alone_mb_per_s > 0.0, "{s:?}");
     let wg: Vec<_> = rows.iter().filter(|r| r.scenario == "wg").collect();
     assert!(!wg.is_empty());
     for r in wg {

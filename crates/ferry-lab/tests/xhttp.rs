@@ -59,6 +59,7 @@ fn opts(scenarios: &[&str], out: &Path, dir: &Path) -> RunOpts {
         soak_idle: 10,
         soak_hostile: 2,
         soak_churn: 100,
+        soak_cycles: 0,
         inner_tls: None,
         charts: false,
     }
