@@ -20,6 +20,9 @@ use crate::transport::listener::UnixPath;
 
 /// How long one POST may take, connect to response (Xray's client timeout).
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// POSTs in flight per webhook at most: a flood of matching connections must not turn into a
+/// flood of sockets (events beyond it are dropped and counted in the next warning).
+const MAX_IN_FLIGHT: usize = 256;
 
 /// Where the POST goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +43,10 @@ pub struct Webhook {
     deduplication: Duration,
     /// When each user's last event was sent (with deduplication on).
     seen: Mutex<HashMap<String, Instant>>,
+    /// POSTs in flight.
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// Events dropped because [`MAX_IN_FLIGHT`] were in flight, since the last warning.
+    dropped: std::sync::atomic::AtomicUsize,
 }
 
 impl Webhook {
@@ -91,6 +98,8 @@ impl Webhook {
             headers,
             deduplication,
             seen: Mutex::new(HashMap::new()),
+            in_flight: Default::default(),
+            dropped: Default::default(),
         }))
     }
 
@@ -101,10 +110,26 @@ impl Webhook {
         if self.is_duplicate(email.as_deref().unwrap_or("")) {
             return;
         }
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.in_flight.fetch_add(1, Relaxed) >= MAX_IN_FLIGHT {
+            self.in_flight.fetch_sub(1, Relaxed);
+            if self.dropped.fetch_add(1, Relaxed) == 0 {
+                tracing::warn!(
+                    "webhook: {MAX_IN_FLIGHT} POSTs in flight; dropping events until one ends"
+                );
+            }
+            return;
+        }
         let body = event(s, outbound, email).to_string();
         let me = self.clone();
         tokio::spawn(async move {
-            match tokio::time::timeout(TIMEOUT, me.post(&body)).await {
+            let result = tokio::time::timeout(TIMEOUT, me.post(&body)).await;
+            me.in_flight.fetch_sub(1, Relaxed);
+            let dropped = me.dropped.swap(0, Relaxed);
+            if dropped > 0 {
+                tracing::warn!("webhook: {dropped} event(s) dropped while {MAX_IN_FLIGHT} POSTs were in flight");
+            }
+            match result {
                 Ok(Ok(status)) if status >= 400 => {
                     tracing::warn!("webhook: POST returned status {status}")
                 }
@@ -280,6 +305,55 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(h.headers, vec![("X-Token".to_string(), "t".to_string())]);
+    }
+
+    /// A receiver that accepts and never answers: at most MAX_IN_FLIGHT POSTs are open at
+    /// once, the rest of a burst is dropped, and the in-flight count comes back down.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_is_capped_in_flight() {
+        let dir = std::env::temp_dir().join(format!("ferry-webhook-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let l = tokio::net::UnixListener::bind(&dir).unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let a = accepted.clone();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                a.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                held.push(s);
+            }
+        });
+        let w = std::sync::Arc::new(
+            parse(json!({ "url": dir.to_str().unwrap() }))
+                .unwrap()
+                .unwrap(),
+        );
+        let s = Session {
+            inbound_tag: "in".into(),
+            source: "10.1.2.3:4444".parse().unwrap(),
+            local: "127.0.0.1:1080".parse().unwrap(),
+            dest: Destination::parse("example.com:443").unwrap(),
+            network: crate::common::Network::Tcp,
+            user: None,
+            protocol: "test",
+            sniffed: None,
+        };
+        for _ in 0..MAX_IN_FLIGHT + 100 {
+            w.fire(&s, "out");
+        }
+        use std::sync::atomic::Ordering::Relaxed;
+        assert_eq!(w.in_flight.load(Relaxed), MAX_IN_FLIGHT);
+        assert_eq!(w.dropped.load(Relaxed), 100);
+        let t = Instant::now();
+        while accepted.load(Relaxed) < MAX_IN_FLIGHT && t.elapsed() < Duration::from_secs(3) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(accepted.load(Relaxed), MAX_IN_FLIGHT);
+        // Each POST ends at the 5 s limit.
+        tokio::time::sleep(TIMEOUT + Duration::from_secs(1)).await;
+        assert_eq!(w.in_flight.load(Relaxed), 0);
+        server.abort();
+        let _ = std::fs::remove_file(&dir);
     }
 
     #[test]
