@@ -837,19 +837,7 @@ impl Ctx<'_> {
             }
             Test::Iperf3 | Test::Iperf3Reverse => unreachable!("measured by measure_iperf3"),
             Test::BulkIdle => {
-                let bulk = |what: &str| {
-                    self.rt
-                        .block_on(loadgen::bulk(
-                            &target,
-                            &BulkOpts {
-                                amount: o.amount,
-                                concurrency: 1,
-                                reverse: false,
-                                stall: o.stall,
-                            },
-                        ))
-                        .with_context(|| format!("bulk transfer {what}"))
-                };
+                let bulk = |what: &str| self.one_bulk(&target, what);
                 let alone = bulk("alone")?;
                 self.check_receiver(&reports, job, o.amount)?;
                 let held = self
@@ -883,14 +871,7 @@ impl Ctx<'_> {
                     } else {
                         ((n - first).div_ceil(chunks)).min(n - done)
                     };
-                    self.rt
-                        .block_on(loadgen::fresh_conns(
-                            &target,
-                            count,
-                            o.handshake_concurrency,
-                            HANDSHAKE_MSG,
-                            o.stall,
-                        ))
+                    self.churn_batch(&target, count)
                         .with_context(|| format!("churn, after {done} connections"))?;
                     done += count;
                     // Let the chain finish tearing the last ones down before the sample.
@@ -968,6 +949,36 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// One `--amount` transfer over one connection (the bulk-idle and soak tests).
+    fn one_bulk(&self, target: &Target, what: &str) -> Result<loadgen::Transfer> {
+        let o = self.o;
+        self.rt
+            .block_on(loadgen::bulk(
+                target,
+                &BulkOpts {
+                    amount: o.amount,
+                    concurrency: 1,
+                    reverse: false,
+                    stall: o.stall,
+                },
+            ))
+            .with_context(|| format!("bulk transfer {what}"))
+    }
+
+    /// `count` short echoed connections, `--handshake-concurrency` at a time (churn and soak).
+    fn churn_batch(&self, target: &Target, count: usize) -> Result<()> {
+        let o = self.o;
+        self.rt
+            .block_on(loadgen::fresh_conns(
+                target,
+                count,
+                o.handshake_concurrency,
+                HANDSHAKE_MSG,
+                o.stall,
+            ))
+            .map(|_| ())
+    }
+
     /// The soak test (see [`Test::Soak`]).
     fn soak(
         &self,
@@ -1008,17 +1019,8 @@ impl Ctx<'_> {
         };
         let mut echoed = 0;
         let bulk_once = |what: &str| {
-            self.rt
-                .block_on(loadgen::bulk(
-                    target,
-                    &BulkOpts {
-                        amount: o.amount,
-                        concurrency: 1,
-                        reverse: false,
-                        stall: o.stall,
-                    },
-                ))
-                .with_context(|| format!("soak: bulk transfer {what}"))
+            self.one_bulk(target, what)
+                .context("soak")
                 .map(|t| t.mb_per_s())
         };
         sample("start", &mut samples, chain);
@@ -1040,14 +1042,7 @@ impl Ctx<'_> {
                 .context("soak: hostile clients")?;
             let per = o.soak_churn.div_ceil(5).max(1);
             for _ in 0..5 {
-                self.rt
-                    .block_on(loadgen::fresh_conns(
-                        target,
-                        per,
-                        o.handshake_concurrency,
-                        HANDSHAKE_MSG,
-                        o.stall,
-                    ))
+                self.churn_batch(target, per)
                     .with_context(|| format!("soak: churn after {churned} connections"))?;
                 churned += per;
                 sample("churn", &mut samples, chain);

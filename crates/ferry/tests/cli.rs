@@ -433,14 +433,7 @@ fn sigterm_stops_accepting_keeps_live_connections_for_the_grace_period() {
     let t0 = Instant::now();
     f.signal(libc::SIGTERM);
     // New connections are refused at once...
-    while TcpStream::connect(("127.0.0.1", port)).is_ok() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "still accepting after SIGTERM\n{}",
-            f.output()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_refused(port, t0, Duration::from_secs(1), &f);
     // ...while the live one keeps working during the grace period.
     for i in 0..3u8 {
         std::thread::sleep(Duration::from_millis(200));

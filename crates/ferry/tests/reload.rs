@@ -10,36 +10,12 @@
 mod common;
 use common::*;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferry")
-}
-
-/// A TCP server that greets each connection with `hello` and then echoes.
-fn greeting_echo(hello: &'static [u8]) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            std::thread::spawn(move || {
-                if s.write_all(hello).is_err() {
-                    return;
-                }
-                let mut buf = vec![0u8; 64 * 1024];
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 || s.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = s.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    addr
 }
 
 /// Connects to `port` and reads the greeting.
@@ -131,21 +107,14 @@ fn hup_and_wait(f: &mut Proc, needle: &str, n: usize) -> String {
 
 #[test]
 fn sighup_reloads_without_dropping_connections() {
-    let (one, two) = (greeting_echo(b"one"), greeting_echo(b"two"));
+    let (one, two) = (echo_server_greeting(b"one"), echo_server_greeting(b"two"));
     let (pa, pb, pc, metrics) = (free_port(), free_port(), free_port(), free_port());
     let first = config(
         &[tunnel("a", pa, one.port()), tunnel("b", pb, one.port())],
         metrics,
         "",
     );
-    let mut f = spawn_with_config(
-        Path::new(bin()),
-        "ferry",
-        &first,
-        &["run", "-c", "{config}"],
-    );
-    wait_listening(pa, &f);
-    wait_listening(pb, &f);
+    let mut f = ferry(&first, &[pa, pb]);
     let (mut la, ha) = open(pa);
     let (mut lb, hb) = open(pb);
     assert_eq!((ha.as_slice(), hb.as_slice()), (&b"one"[..], &b"one"[..]));
@@ -226,16 +195,10 @@ fn sighup_reloads_without_dropping_connections() {
 
 #[test]
 fn sighup_names_what_needs_a_restart() {
-    let one = greeting_echo(b"one");
+    let one = echo_server_greeting(b"one");
     let (pa, metrics) = (free_port(), free_port());
     let first = config(&[tunnel("a", pa, one.port())], metrics, "");
-    let mut f = spawn_with_config(
-        Path::new(bin()),
-        "ferry",
-        &first,
-        &["run", "-c", "{config}"],
-    );
-    wait_listening(pa, &f);
+    let mut f = ferry(&first, &[pa]);
     let (mut la, _) = open(pa);
     let moved = first.replace(&format!("127.0.0.1:{metrics}"), "127.0.0.1:1");
     std::fs::write(f.dir.path().join("config.json"), moved).unwrap();
@@ -284,14 +247,7 @@ fn sigterm_lets_a_transfer_in_flight_finish_byte_exact() {
     r.read_exact(&mut got).unwrap();
     let t0 = Instant::now();
     f.signal(libc::SIGTERM);
-    while TcpStream::connect(("127.0.0.1", port)).is_ok() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "still accepting after SIGTERM\n{}",
-            f.output()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_refused(port, t0, Duration::from_secs(2), &f);
     tx.send(()).unwrap();
     let mut rest = Vec::new();
     r.read_to_end(&mut rest).unwrap();

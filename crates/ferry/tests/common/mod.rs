@@ -80,11 +80,7 @@ impl Proc {
     }
 
     /// Waits for the process to exit, failing the test if it has not within `within` of `since`.
-    pub fn wait_exit(
-        &mut self,
-        since: std::time::Instant,
-        within: Duration,
-    ) -> std::process::ExitStatus {
+    pub fn wait_exit(&mut self, since: Instant, within: Duration) -> std::process::ExitStatus {
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 return st;
@@ -193,6 +189,19 @@ fn listening_in_proc(port: u16) -> Option<bool> {
     seen.then_some(false)
 }
 
+/// Waits until `port` refuses connections (its listener stopped), failing the test if it still
+/// accepts `within` after `since`.
+pub fn wait_refused(port: u16, since: std::time::Instant, within: Duration, p: &Proc) {
+    while TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(
+            since.elapsed() < within,
+            "still accepting on {port}\n{}",
+            p.output()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits (up to 20 s) until 127.0.0.1:port listens for TCP connections (without connecting
 /// when /proc is there).
 pub fn wait_listening(port: u16, p: &Proc) {
@@ -216,12 +225,20 @@ pub fn wait_listening(port: u16, p: &Proc) {
 
 /// A TCP echo server on a free port; runs until the test process ends.
 pub fn echo_server() -> SocketAddr {
+    echo_server_greeting(b"")
+}
+
+/// An echo server that first greets each connection with `hello` (tells servers apart).
+pub fn echo_server_greeting(hello: &'static [u8]) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
             std::thread::spawn(move || {
+                if s.write_all(hello).is_err() {
+                    return;
+                }
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
                     match s.read(&mut buf) {
