@@ -1,6 +1,7 @@
 //! ferry-lab: loadgen, receiver and side-by-side proxy scenarios on one machine.
 
 pub mod chart;
+pub mod impair;
 pub mod inner_tls;
 pub mod loadgen;
 pub mod procs;
@@ -9,4 +10,5 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod sys;
+pub mod testbed;
 pub mod wire;

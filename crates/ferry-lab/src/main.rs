@@ -8,11 +8,12 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+use ferry_lab::impair::Impair;
 use ferry_lab::inner_tls::{self, InnerTls, TlsVersion};
 use ferry_lab::loadgen::{self, BulkOpts, Target};
 use ferry_lab::report::Status;
 use ferry_lab::runner::{self, RunOpts, Test};
-use ferry_lab::{receiver, scenario, wire};
+use ferry_lab::{receiver, scenario, testbed, wire};
 
 #[derive(Parser)]
 #[command(
@@ -27,6 +28,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Build the reports' testbed (namespaces A -> B -> C -> D) and hold it: each node's address
+    /// is printed; run commands in a node with `--run` or `ip netns exec <namespace> ...`.
+    /// Ctrl-C (or the end of --hold) removes everything.
+    Testbed {
+        /// Seconds to hold the testbed (0: until Ctrl-C).
+        #[arg(long, default_value_t = 0.0)]
+        hold: f64,
+        /// Node names in chain order.
+        #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
+        nodes: Vec<String>,
+        /// An impairment hop on a link: `b-c:delay=25,jitter=2,loss=1,seed=7` (milliseconds each
+        /// way, percent).
+        #[arg(long)]
+        impair: Vec<String>,
+        /// A bandwidth limit on a link: `b-c:100` (Mbit/s, tbf on both ends).
+        #[arg(long)]
+        rate: Vec<String>,
+        /// A command to start in a node: `b=iperf3 -s` (through sh -c; stopped at the end).
+        #[arg(long)]
+        run: Vec<String>,
+        /// A CPU cap for a node's --run commands: `b=10` (percent of one CPU).
+        #[arg(long)]
+        cap: Vec<String>,
+        /// Only remove what killed runs left behind, and exit.
+        #[arg(long)]
+        sweep: bool,
+        /// Fail the set-up after this many steps (tests of the clean-up).
+        #[arg(long, hide = true)]
+        fail_after: Option<usize>,
+    },
     /// Run scenarios for several implementations and write results/<timestamp>/.
     Run {
         /// Scenario names (files under crates/ferry-lab/scenarios/), or groups: a prefix such as
@@ -290,6 +321,145 @@ fn report_run(o: &RunOpts) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `a-b` or `a-b:rest` -> the link's left node and the rest.
+fn link_arg<'a>(spec: &testbed::Spec, arg: &'a str, flag: &str) -> Result<(String, &'a str)> {
+    let (link, rest) = arg.split_once(':').unwrap_or((arg, ""));
+    let (l, r) = link
+        .split_once('-')
+        .with_context(|| format!("--{flag} {arg:?}: name the link as left-right, e.g. b-c"))?;
+    let li = spec.nodes.iter().position(|n| n == l);
+    let ri = spec.nodes.iter().position(|n| n == r);
+    match (li, ri) {
+        (Some(i), Some(j)) if j == i + 1 => Ok((l.to_string(), rest)),
+        _ => bail!(
+            "--{flag} {arg:?}: {link} is not a link of the chain {}",
+            spec.nodes.join("-")
+        ),
+    }
+}
+
+fn parse_impair(s: &str) -> Result<Impair> {
+    let mut i = Impair::default();
+    for kv in s.split(',').filter(|x| !x.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--impair: {kv:?} is not key=value"))?;
+        let num: f64 = v
+            .parse()
+            .with_context(|| format!("--impair: {k}={v:?} is not a number"))?;
+        if !(num.is_finite() && num >= 0.0) {
+            bail!("--impair: {k}={v}: give zero or more");
+        }
+        match k {
+            "delay" => i.delay = Duration::from_secs_f64(num / 1000.0),
+            "jitter" => i.jitter = Duration::from_secs_f64(num / 1000.0),
+            "loss" if num <= 100.0 => i.loss_pct = num,
+            "seed" => i.seed = num as u64,
+            _ => bail!("--impair: {k}={v}: keys are delay, jitter (ms), loss (percent), seed"),
+        }
+    }
+    Ok(i)
+}
+
+fn testbed_cmd(
+    hold: f64,
+    nodes: &[String],
+    impair: &[String],
+    rate: &[String],
+    run: &[String],
+    cap: &[String],
+    fail_after: Option<usize>,
+) -> Result<ExitCode> {
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let mut spec = testbed::Spec::chain(&names);
+    spec.fail_after = fail_after;
+    for a in impair {
+        let (left, rest) = link_arg(&spec, a, "impair")?;
+        spec.link_after(&left).impair = Some(parse_impair(rest)?);
+    }
+    for a in rate {
+        let (left, rest) = link_arg(&spec, a, "rate")?;
+        let mbit: u32 = rest
+            .parse()
+            .with_context(|| format!("--rate {a:?}: give Mbit/s after the colon, e.g. b-c:100"))?;
+        spec.link_after(&left).rate_mbit = Some(mbit);
+    }
+    let node_arg = |a: &str, flag: &str| -> Result<(String, String)> {
+        let (n, v) = a
+            .split_once('=')
+            .with_context(|| format!("--{flag} {a:?}: give node=value"))?;
+        if !spec.nodes.iter().any(|x| x == n) {
+            bail!("--{flag} {a:?}: no node {n}");
+        }
+        Ok((n.to_string(), v.to_string()))
+    };
+    let runs = run
+        .iter()
+        .map(|a| node_arg(a, "run"))
+        .collect::<Result<Vec<_>>>()?;
+    let caps = cap
+        .iter()
+        .map(|a| {
+            let (n, v) = node_arg(a, "cap")?;
+            let pct: u32 = v
+                .parse()
+                .with_context(|| format!("--cap {a:?}: give a percentage"))?;
+            Ok((n, pct))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut tb = testbed::Testbed::build(&spec)?;
+    let mut procs = ferry_lab::procs::ProcSet::default();
+    let dir = std::env::temp_dir().join(format!("ferry-lab-testbed-{}", tb.id));
+    std::fs::create_dir_all(&dir)?;
+    let mut started = Vec::new();
+    for (i, (node, cmd)) in runs.iter().enumerate() {
+        let mut c = tb.command(node, "sh");
+        c.args(["-c", &format!("exec {cmd}")]);
+        let pid = procs.spawn_cmd(&format!("{node}-{i}"), c, &dir)?;
+        if let Some((_, pct)) = caps.iter().find(|(n, _)| n == node) {
+            tb.cap(node, pid, *pct)?;
+        }
+        started.push(serde_json::json!({"node": node, "pid": pid, "command": cmd}));
+    }
+    let info = serde_json::json!({
+        "id": tb.id,
+        "watchdog": tb.watchdog_pid(),
+        "nodes": tb.nodes.iter().map(|n| serde_json::json!({
+            "name": n.name, "namespace": n.ns, "addr": n.addr.to_string()
+        })).collect::<Vec<_>>(),
+        "namespaces": tb.namespaces(),
+        "processes": started,
+        "logs": dir.display().to_string(),
+    });
+    println!("{info}");
+    eprintln!(
+        "testbed {} is up: {}; {}",
+        tb.id,
+        tb.nodes
+            .iter()
+            .map(|n| format!("{} {} ({})", n.name, n.addr, n.ns))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if hold > 0.0 {
+            format!("removed in {hold} s")
+        } else {
+            "Ctrl-C removes it".to_string()
+        }
+    );
+    let t0 = std::time::Instant::now();
+    while hold <= 0.0 || t0.elapsed().as_secs_f64() < hold {
+        std::thread::sleep(Duration::from_millis(100));
+        procs.check_alive()?;
+    }
+    for (link, st) in tb.hop_stats() {
+        eprintln!("hop {link}: {}", serde_json::to_string(&st)?);
+    }
+    drop(procs);
+    tb.teardown();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn real_main() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.cmd {
@@ -419,6 +589,24 @@ fn real_main() -> Result<ExitCode> {
                 charts: !no_charts,
             };
             report_run(&o)
+        }
+        Cmd::Testbed {
+            hold,
+            nodes,
+            impair,
+            rate,
+            run,
+            cap,
+            sweep,
+            fail_after,
+        } => {
+            if sweep {
+                for id in testbed::sweep() {
+                    println!("removed what run {id} left");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            testbed_cmd(hold, &nodes, &impair, &rate, &run, &cap, fail_after)
         }
         Cmd::List { scenario_dir } => {
             let dir = scenario_dir.unwrap_or_else(scenario::default_dir);

@@ -37,18 +37,26 @@ pub struct ProcSet {
 impl ProcSet {
     /// Starts `bin args...` with output to `dir/<name>.log`.
     pub fn spawn(&mut self, name: &str, bin: &Path, args: &[String], dir: &Path) -> Result<u32> {
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        self.spawn_cmd(name, cmd, dir)
+            .with_context(|| format!("starting {name}: {}", bin.display()))
+    }
+
+    /// Starts `cmd` (a testbed node's `ip netns exec ...`, for example) with output to
+    /// `dir/<name>.log`.
+    pub fn spawn_cmd(&mut self, name: &str, mut cmd: Command, dir: &Path) -> Result<u32> {
         let log = dir.join(format!("{name}.log"));
         let out =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
-        let child = Command::new(bin)
-            .args(args)
+        let child = cmd
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
-            .with_context(|| format!("starting {name}: {}", bin.display()))?;
+            .with_context(|| format!("starting {name}: {cmd:?}"))?;
         let pid = child.id();
         self.procs.push(Managed {
             name: name.to_string(),
@@ -72,7 +80,7 @@ impl ProcSet {
                     p.log_tail()
                 );
             }
-            let listening = listening_ports();
+            let listening = listening_ports_of(p.pid());
             if ports.iter().all(|x| listening.contains(x)) {
                 return Ok(());
             }
@@ -251,8 +259,17 @@ fn ppid_table() -> Vec<(u32, u32)> {
 
 /// TCP ports in LISTEN state on this machine (from /proc/net/tcp and tcp6).
 pub fn listening_ports() -> Vec<u16> {
+    listening_ports_at("/proc/net")
+}
+
+/// TCP ports listening in the network namespace of `pid` (a process in a testbed node).
+pub fn listening_ports_of(pid: u32) -> Vec<u16> {
+    listening_ports_at(&format!("/proc/{pid}/net"))
+}
+
+fn listening_ports_at(dir: &str) -> Vec<u16> {
     let mut v = Vec::new();
-    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+    for f in [format!("{dir}/tcp"), format!("{dir}/tcp6")] {
         let Ok(s) = std::fs::read_to_string(f) else {
             continue;
         };

@@ -85,9 +85,16 @@ pub async fn serve(listener: TcpListener, reports: Reports, verbose: bool) {
 
 /// Starts a receiver on 127.0.0.1:`port` (0 picks one) in the current runtime.
 pub async fn start(port: u16) -> Result<(u16, Reports, tokio::task::JoinHandle<()>)> {
-    let l = TcpListener::bind(("127.0.0.1", port))
+    start_on(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await
+}
+
+/// Starts a receiver on `addr` (port 0 picks one) in the current runtime.
+pub async fn start_on(
+    addr: std::net::SocketAddr,
+) -> Result<(u16, Reports, tokio::task::JoinHandle<()>)> {
+    let l = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("receiver: binding 127.0.0.1:{port}"))?;
+        .with_context(|| format!("receiver: binding {addr}"))?;
     let port = l.local_addr()?.port();
     let reports = Reports::default();
     let h = tokio::spawn(serve(l, reports.clone(), false));

@@ -1,5 +1,10 @@
-//! The crate's only `unsafe`: three libc calls without which the runner cannot signal, time or
-//! size its processes.
+//! The crate's only `unsafe`: the libc calls without which the runner cannot signal, time or
+//! size its processes, and the testbed cannot enter a network namespace or open its impairment
+//! hop's TUN device.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
 
 /// Sends `sig` to `pid` (a child this process started and has not reaped).
 pub fn signal(pid: u32, sig: i32) {
@@ -38,4 +43,74 @@ pub fn raise_nofile() -> u64 {
         }
     }
     r.rlim_cur
+}
+
+/// Moves the calling thread into the network namespace `ns` (an open `/var/run/netns/NAME`).
+/// Only this thread changes namespace; sockets it creates afterwards belong to `ns`.
+pub fn enter_netns(ns: &File) -> io::Result<()> {
+    // SAFETY: setns(2) takes a descriptor this `File` keeps open and a constant.
+    let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `struct ifreq` as TUNSETIFF reads it: the name, then the flags, padded to 40 bytes.
+#[repr(C)]
+struct IfReq {
+    name: [u8; 16],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Creates the TUN device `name` (IFF_TUN, no packet information) in the calling thread's network
+/// namespace and returns its descriptor: reads yield one IP packet each, writes inject one. The
+/// device lives as long as the descriptor.
+pub fn open_tun(name: &str) -> io::Result<File> {
+    if name.is_empty() || name.len() > 15 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "TUN name of 1-15 bytes",
+        ));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")?;
+    let mut req = IfReq {
+        name: [0; 16],
+        flags: (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short,
+        _pad: [0; 22],
+    };
+    req.name[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: TUNSETIFF reads and writes one `struct ifreq`; `req` is one, alive for the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// Waits until `f` is readable or `timeout_ms` passes; true when readable.
+pub fn wait_readable(f: &File, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) reads and writes one pollfd, `p`, alive for the call.
+    let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    match r {
+        -1 => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+        0 => Ok(false),
+        _ => Ok(true),
+    }
 }
