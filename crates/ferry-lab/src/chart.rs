@@ -9,9 +9,8 @@ use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::report::Row;
-use crate::report::{aggregate, Status};
-use crate::runner::Test;
+use crate::plan::Test;
+use crate::results::{aggregate, Row, Status};
 
 const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",

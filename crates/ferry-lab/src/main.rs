@@ -309,7 +309,7 @@ fn timestamp() -> String {
 
 /// Runs the measurements, prints the report and says where it is.
 fn report_run(o: &RunOpts) -> Result<ExitCode> {
-    let rows = runner::run(o)?;
+    let rows = ferry_lab::report::run_and_report(o)?;
     let md = std::fs::read_to_string(o.out.join("results.md")).unwrap_or_default();
     println!("{md}");
     println!("results in {}", o.out.display());

@@ -9,161 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::inner_tls::InnerTls;
 use crate::loadgen::{self, BulkOpts, Target};
 use crate::procs::{self, ProcSet};
 use crate::receiver;
-use crate::report::{Row, Status};
+use crate::results::{Row, Status};
 use crate::scenario::{self, Entry, Scenario};
 
-/// Every implementation the lab knows, in report order.
-pub const ALL_IMPLS: &[&str] = &[
-    "ferry",
-    "xray",
-    "sing-box",
-    "v2ray",
-    "ss-rust",
-    "ss-libev",
-    "ssr-python",
-    "ssr-python-server",
-    "trojan",
-    "trojan-go",
-];
-
-/// What to measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Test {
-    /// loadgen sends, receiver acknowledges (client -> server direction).
-    Throughput,
-    /// receiver sends, loadgen counts (server -> client direction).
-    Reverse,
-    /// Time to first byte through the chain and small-message round trips.
-    Latency,
-    /// Fresh connections through the chain, one after another and `--handshake-concurrency`
-    /// at a time: connections per second, time to the first byte back, and each process's CPU
-    /// per 1000 handshakes (alias `handshakes`).
-    #[value(alias = "handshakes")]
-    Handshake,
-    /// RSS per held idle connection (the memory scenario; alias `memory`).
-    #[value(alias = "memory")]
-    Idle,
-    /// One bulk transfer (`--amount`, one connection) alone, then again while `--idle`
-    /// connections are held open through the same chain: does a busy connection slow down
-    /// when thousands idle beside it? (name `bulk-idle`)
-    #[value(name = "bulk-idle")]
-    BulkIdle,
-    /// `--churn` short connections (`--handshake-concurrency` at a time, each echoing a few
-    /// bytes): each process's RSS after the first 10,000 and as the rest go through, sampled
-    /// ten times (does memory come back?).
-    Churn,
-    /// For `--duration`: `--soak-idle` connections held idle throughout, and cycles of
-    /// `--soak-churn` short connections, `--soak-hostile` silent and as many never-reading clients, and one
-    /// `--amount` bulk transfer; each process's RSS sampled after every step (a chart and the
-    /// JSON series in the results). A benchmark, not a CI test.
-    Soak,
-    /// iperf3 client -> chain -> iperf3 server (the community reports' load; it loads the
-    /// proxy differently from loadgen: one control connection, then the data streams).
-    Iperf3,
-    /// iperf3 with `-R`: the server sends.
-    #[value(name = "iperf3-reverse")]
-    Iperf3Reverse,
-}
-
-impl Test {
-    /// The tests that move bulk data over `--streams` connections, in report order.
-    pub const BULK: [Test; 4] = [
-        Test::Throughput,
-        Test::Reverse,
-        Test::Iperf3,
-        Test::Iperf3Reverse,
-    ];
-
-    /// Sends server -> client.
-    pub fn is_reverse(self) -> bool {
-        matches!(self, Test::Reverse | Test::Iperf3Reverse)
-    }
-
-    /// Title and data path of its table.
-    pub fn heading(self) -> (&'static str, &'static str) {
-        match self {
-            Test::Throughput => ("Throughput", "loadgen → chain → receiver"),
-            Test::Reverse => (
-                "Reverse throughput",
-                "receiver → chain → loadgen (--reverse)",
-            ),
-            Test::Iperf3 => ("iperf3", "iperf3 -c → chain → iperf3 -s"),
-            Test::Iperf3Reverse => ("iperf3 reverse", "iperf3 -s → chain → iperf3 -c -R"),
-            Test::Latency => ("Latency", ""),
-            Test::Handshake => ("Handshakes", ""),
-            Test::Idle => ("Idle", ""),
-            Test::Churn => ("Churn", ""),
-            Test::BulkIdle => ("Bulk beside idle", ""),
-            Test::Soak => ("Soak", ""),
-        }
-    }
-}
-
-impl Test {
-    pub fn name(self) -> &'static str {
-        match self {
-            Test::Throughput => "throughput",
-            Test::Reverse => "reverse",
-            Test::Latency => "latency",
-            Test::Handshake => "handshake",
-            Test::Idle => "idle",
-            Test::Churn => "churn",
-            Test::BulkIdle => "bulk-idle",
-            Test::Soak => "soak",
-            Test::Iperf3 => "iperf3",
-            Test::Iperf3Reverse => "iperf3-reverse",
-        }
-    }
-}
-
-/// Options of a run.
-#[derive(Clone, Debug)]
-pub struct RunOpts {
-    pub scenarios: Vec<String>,
-    pub impls: Vec<String>,
-    pub streams: Vec<usize>,
-    /// Bytes per throughput measurement, split evenly over its connections.
-    pub amount: u64,
-    pub runs: usize,
-    pub out: PathBuf,
-    pub tests: Vec<Test>,
-    pub idle: Vec<usize>,
-    pub baseline: Option<String>,
-    /// The ferry binary; None builds `cargo build --release -p ferry`.
-    pub ferry_bin: Option<PathBuf>,
-    pub scenario_dir: PathBuf,
-    pub peers_dir: PathBuf,
-    /// A transfer with no progress for this long fails (lost bytes show up as a stall).
-    pub stall: Duration,
-    pub ttfb_count: usize,
-    pub rr_count: usize,
-    pub rr_size: usize,
-    /// Fresh connections per phase of the handshake test (sequential, then parallel).
-    pub handshakes: usize,
-    /// Connections in flight at once in the handshake test's parallel phase (and the churn's).
-    pub handshake_concurrency: usize,
-    /// Short connections of the churn test.
-    pub churn: usize,
-    /// How long the soak test runs.
-    pub soak: Duration,
-    /// Connections the soak test holds idle throughout.
-    pub soak_idle: usize,
-    /// Silent (and as many never-reading) connections per soak cycle.
-    pub soak_hostile: usize,
-    /// Short connections per soak cycle.
-    pub soak_churn: usize,
-    /// The soak ends after this many cycles (0: only `soak` ends it).
-    pub soak_cycles: usize,
-    /// loadgen speaks TLS to the receiver through the chain (not iperf3, which has no TLS).
-    pub inner_tls: Option<InnerTls>,
-    /// Write charts (PNG).
-    pub charts: bool,
-}
+pub use crate::plan::{RunOpts, Test, ALL_IMPLS, HANDSHAKE_MSG};
 
 /// The folder scripts/peers.sh installs into.
 pub fn peers_dir() -> PathBuf {
@@ -221,7 +73,8 @@ struct Ctx<'a> {
     nofile: u64,
 }
 
-/// Runs everything and writes the reports; returns the rows.
+/// Runs everything, writing results.json after each measurement; returns the rows (the report
+/// is [`crate::report::run_and_report`]'s part).
 pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
     // Processes run in their own folders: every path handed to them must be absolute.
     let mut abs = o.clone();
@@ -364,9 +217,8 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
         };
         eprintln!("{} ({:.1}s)", row.summary(), t0.elapsed().as_secs_f64());
         rows.push(row);
-        crate::report::write_json(&o.out, o, &rows)?;
+        crate::results::write_json(&o.out, o, &rows)?;
     }
-    crate::report::write_all(&o.out, o, &rows)?;
     Ok(rows)
 }
 
@@ -382,9 +234,6 @@ fn param_label(t: Test, p: usize) -> String {
         Test::Latency => String::new(),
     }
 }
-
-/// Bytes each fresh connection of the handshake test sends and gets back.
-pub const HANDSHAKE_MSG: usize = 32;
 
 /// The self-signed certificate of a run.
 #[derive(Clone, Debug)]
@@ -791,7 +640,7 @@ impl Ctx<'_> {
                     std::thread::sleep(Duration::from_millis(300));
                     let u1 = chain.procs.usage_by_name();
                     let d = |role: &str| role_cpu(&u1, role) - role_cpu(&u0, role);
-                    phases.push(crate::report::HandshakePhase {
+                    phases.push(crate::results::HandshakePhase {
                         burst,
                         server_cpu_secs: d("server"),
                         client_cpu_secs: d("client"),
@@ -829,7 +678,7 @@ impl Ctx<'_> {
                 }
                 row.cpu_secs = after.cpu_secs - before.cpu_secs;
                 row.peak_rss_kb = after.hwm_kb;
-                row.handshake = Some(crate::report::Handshakes {
+                row.handshake = Some(crate::results::Handshakes {
                     message_bytes: HANDSHAKE_MSG,
                     sequential: phases.remove(0),
                     parallel: phases.remove(0),
@@ -877,7 +726,7 @@ impl Ctx<'_> {
                     // Let the chain finish tearing the last ones down before the sample.
                     std::thread::sleep(Duration::from_millis(500));
                     echoed += echoes(&reports)?;
-                    samples.push(crate::report::ChurnSample {
+                    samples.push(crate::results::ChurnSample {
                         conns: done,
                         rss_kb: chain
                             .procs
@@ -986,8 +835,8 @@ impl Ctx<'_> {
         target: &Target,
         reports: &receiver::Reports,
         job: &Job,
-    ) -> Result<crate::report::Soak> {
-        use crate::report::SoakSample;
+    ) -> Result<crate::results::Soak> {
+        use crate::results::SoakSample;
         let o = self.o;
         let start = Instant::now();
         let mut samples = Vec::new();
@@ -1067,7 +916,7 @@ impl Ctx<'_> {
             bail!("soak: the receiver echoed {echoed} connections, loadgen made {churned}");
         }
         chain.procs.check_alive()?;
-        Ok(crate::report::Soak {
+        Ok(crate::results::Soak {
             idle: job.param,
             churned,
             hostile: o.soak_hostile,

@@ -208,7 +208,7 @@ same_as = "xray"
     ];
     o.churn = 1500;
     o.idle = vec![30];
-    let rows = runner::run(&o).unwrap();
+    let rows = ferry_lab::report::run_and_report(&o).unwrap();
     let relay: Vec<_> = rows.iter().filter(|r| r.scenario == "relay").collect();
     assert_eq!(relay.len(), 7);
     for r in relay {
@@ -341,7 +341,7 @@ listen = ["entry_port"]
         &out,
         &dir,
     );
-    let rows = runner::run(&o).unwrap();
+    let rows = ferry_lab::report::run_and_report(&o).unwrap();
     let bad = rows
         .iter()
         .find(|r| r.scenario == "not-a-scenario")

@@ -71,14 +71,14 @@ fn xhttp_scenarios_run_with_xray() {
     let out = tmp("all");
     let mut o = opts(&XHTTP, &out, &scenario::default_dir());
     o.tests = vec![Test::Throughput, Test::Reverse, Test::Idle];
-    let mut rows = runner::run(&o).unwrap();
+    let mut rows = ferry_lab::report::run_and_report(&o).unwrap();
     // Handshakes apart from packet-up: Xray's packet-up now and then (about one fresh
     // connection in 10,000 here) appends another session's upload to a connection, which the
     // receiver reports as an error (BENCHMARKS.md); this test is about the lab, not that.
     o.scenarios.retain(|s| s != "vless-xhttp-packet-up-tls");
     o.tests = vec![Test::Handshake];
     o.out = out.join("handshake");
-    rows.extend(runner::run(&o).unwrap());
+    rows.extend(ferry_lab::report::run_and_report(&o).unwrap());
     // Per scenario: throughput and reverse x1 and x2, idle, and (not packet-up) handshake.
     assert_eq!(rows.len(), XHTTP.len() * 6 - 1, "{rows:#?}");
     for r in &rows {
@@ -149,7 +149,7 @@ fn xhttp_mode_mismatch_is_an_error_not_a_hang() {
     let mut o = opts(&["vless-xhttp-reality"], &out, &dir);
     o.streams = vec![1];
     let t0 = Instant::now();
-    let rows = runner::run(&o).unwrap();
+    let rows = ferry_lab::report::run_and_report(&o).unwrap();
     assert_eq!(rows.len(), 4, "{rows:#?}");
     for r in &rows {
         assert_eq!(r.status, Status::Error, "{r:?}");
