@@ -31,33 +31,7 @@ enum Cmd {
     /// Build the reports' testbed (namespaces A -> B -> C -> D) and hold it: each node's address
     /// is printed; run commands in a node with `--run` or `ip netns exec <namespace> ...`.
     /// Ctrl-C (or the end of --hold) removes everything.
-    Testbed {
-        /// Seconds to hold the testbed (0: until Ctrl-C).
-        #[arg(long, default_value_t = 0.0)]
-        hold: f64,
-        /// Node names in chain order.
-        #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
-        nodes: Vec<String>,
-        /// An impairment hop on a link: `b-c:delay=25,jitter=2,loss=1,seed=7` (milliseconds each
-        /// way, percent).
-        #[arg(long)]
-        impair: Vec<String>,
-        /// A bandwidth limit on a link: `b-c:100` (Mbit/s, tbf on both ends).
-        #[arg(long)]
-        rate: Vec<String>,
-        /// A command to start in a node: `b=iperf3 -s` (through sh -c; stopped at the end).
-        #[arg(long)]
-        run: Vec<String>,
-        /// A CPU cap for a node's --run commands: `b=10` (percent of one CPU).
-        #[arg(long)]
-        cap: Vec<String>,
-        /// Only remove what killed runs left behind, and exit.
-        #[arg(long)]
-        sweep: bool,
-        /// Fail the set-up after this many steps (tests of the clean-up).
-        #[arg(long, hide = true)]
-        fail_after: Option<usize>,
-    },
+    Testbed(TestbedArgs),
     /// Run scenarios for several implementations and write results/<timestamp>/.
     Run {
         /// Scenario names (files under crates/ferry-lab/scenarios/), or groups: a prefix such as
@@ -235,6 +209,40 @@ impl SoakArgs {
     }
 }
 
+/// `ferry-lab testbed`'s options.
+#[derive(clap::Args)]
+struct TestbedArgs {
+    /// Seconds to hold the testbed (0: until Ctrl-C).
+    #[arg(long, default_value_t = 0.0)]
+    hold: f64,
+    /// Node names in chain order.
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
+    nodes: Vec<String>,
+    /// An impairment hop on a link: `b-c:delay=25,jitter=2,loss=1,seed=7` (milliseconds each
+    /// way, percent).
+    #[arg(long)]
+    impair: Vec<String>,
+    /// A bandwidth limit on a link: `b-c:100` (Mbit/s, tbf on both ends).
+    #[arg(long)]
+    rate: Vec<String>,
+    /// TCP congestion control in every node (cubic, bbr, reno; default: what the host gives a
+    /// new namespace).
+    #[arg(long)]
+    congestion: Option<String>,
+    /// A command to start in a node: `b=iperf3 -s` (through sh -c; stopped at the end).
+    #[arg(long)]
+    run: Vec<String>,
+    /// A CPU cap for a node's --run commands: `b=10` (percent of one CPU).
+    #[arg(long)]
+    cap: Vec<String>,
+    /// Only remove what killed runs left behind, and exit.
+    #[arg(long)]
+    sweep: bool,
+    /// Fail the set-up after this many steps (tests of the clean-up).
+    #[arg(long, hide = true)]
+    fail_after: Option<usize>,
+}
+
 /// Inner TLS between loadgen and receiver, shared by `run` and `loadgen`.
 #[derive(clap::Args, Clone)]
 struct InnerTlsArgs {
@@ -361,23 +369,27 @@ fn parse_impair(s: &str) -> Result<Impair> {
     Ok(i)
 }
 
-fn testbed_cmd(
-    hold: f64,
-    nodes: &[String],
-    impair: &[String],
-    rate: &[String],
-    run: &[String],
-    cap: &[String],
-    fail_after: Option<usize>,
-) -> Result<ExitCode> {
+fn testbed_cmd(t: TestbedArgs) -> Result<ExitCode> {
+    let TestbedArgs {
+        hold,
+        nodes,
+        impair,
+        rate,
+        congestion,
+        run,
+        cap,
+        fail_after,
+        ..
+    } = t;
     let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let mut spec = testbed::Spec::chain(&names);
     spec.fail_after = fail_after;
-    for a in impair {
+    spec.congestion = congestion;
+    for a in &impair {
         let (left, rest) = link_arg(&spec, a, "impair")?;
         spec.link_after(&left).impair = Some(parse_impair(rest)?);
     }
-    for a in rate {
+    for a in &rate {
         let (left, rest) = link_arg(&spec, a, "rate")?;
         let mbit: u32 = rest
             .parse()
@@ -423,6 +435,7 @@ fn testbed_cmd(
     }
     let info = serde_json::json!({
         "id": tb.id,
+        "congestion": tb.congestion(),
         "watchdog": tb.watchdog_pid(),
         "nodes": tb.nodes.iter().map(|n| serde_json::json!({
             "name": n.name, "namespace": n.ns, "addr": n.addr.to_string()
@@ -590,23 +603,14 @@ fn real_main() -> Result<ExitCode> {
             };
             report_run(&o)
         }
-        Cmd::Testbed {
-            hold,
-            nodes,
-            impair,
-            rate,
-            run,
-            cap,
-            sweep,
-            fail_after,
-        } => {
-            if sweep {
+        Cmd::Testbed(t) => {
+            if t.sweep {
                 for id in testbed::sweep() {
                     println!("removed what run {id} left");
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            testbed_cmd(hold, &nodes, &impair, &rate, &run, &cap, fail_after)
+            testbed_cmd(t)
         }
         Cmd::List { scenario_dir } => {
             let dir = scenario_dir.unwrap_or_else(scenario::default_dir);

@@ -46,6 +46,9 @@ pub struct Spec {
     pub nodes: Vec<String>,
     /// `nodes.len() - 1` links, in order.
     pub links: Vec<LinkSpec>,
+    /// TCP congestion control in every namespace (`cubic`, `bbr`, `reno`); None keeps what a
+    /// new namespace gets from the host.
+    pub congestion: Option<String>,
     /// Fails the set-up after this many steps (tests of the clean-up on failure).
     #[doc(hidden)]
     pub fail_after: Option<usize>,
@@ -61,6 +64,7 @@ impl Spec {
         Spec {
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
             links: vec![LinkSpec::default(); nodes.len().saturating_sub(1)],
+            congestion: None,
             fail_after: None,
         }
     }
@@ -167,6 +171,36 @@ for cg in /sys/fs/cgroup/cpu/ferry-lab/"$id"-* /sys/fs/cgroup/ferry-lab/"$id"-*;
 done
 "#
     )
+}
+
+/// A namespace other than the host's may only choose a congestion control the host lists in
+/// `tcp_allowed_congestion_control`; adds `cc` there when the kernel has it (the host's own
+/// default is not changed).
+fn allow_congestion(cc: &str) -> Result<()> {
+    let read = |k: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}"))
+            .map(|s| s.split_whitespace().map(String::from).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let mut allowed = read("tcp_allowed_congestion_control");
+    if allowed.iter().any(|a| a == cc) {
+        return Ok(());
+    }
+    if !read("tcp_available_congestion_control")
+        .iter()
+        .any(|a| a == cc)
+    {
+        bail!(
+            "congestion control {cc:?} is not in this kernel (available: {})",
+            read("tcp_available_congestion_control").join(" ")
+        );
+    }
+    allowed.push(cc.to_string());
+    std::fs::write(
+        "/proc/sys/net/ipv4/tcp_allowed_congestion_control",
+        allowed.join(" "),
+    )
+    .with_context(|| format!("allowing congestion control {cc} in namespaces"))
 }
 
 /// Ids of runs whose process is gone but whose namespaces or cgroups remain.
@@ -340,6 +374,15 @@ impl Testbed {
                     "net.ipv4.conf.all.send_redirects=0",
                 ],
             )?;
+            if let Some(cc) = &spec.congestion {
+                allow_congestion(cc)?;
+                in_ns(
+                    ns,
+                    "sysctl",
+                    &["-qw", &format!("net.ipv4.tcp_congestion_control={cc}")],
+                )
+                .with_context(|| format!("congestion control {cc:?}"))?;
+            }
         }
         // Interface names inside a namespace: "to-<neighbour>" (node name, or "hop").
         let short = |p: &(String, Option<usize>)| match p.1 {
@@ -553,6 +596,19 @@ impl Testbed {
     /// The clean-up watchdog's PID (until the testbed is torn down).
     pub fn watchdog_pid(&self) -> Option<u32> {
         self.watchdog.as_ref().map(|(c, _)| c.id())
+    }
+
+    /// The TCP congestion control the nodes use.
+    pub fn congestion(&self) -> String {
+        let Some(n) = self.nodes.first() else {
+            return String::new();
+        };
+        Command::new("ip")
+            .args(["netns", "exec", &n.ns, "sysctl", "-n"])
+            .arg("net.ipv4.tcp_congestion_control")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
     }
 
     /// Every namespace of this testbed (hops included).

@@ -294,7 +294,9 @@ fn lossy_link_still_finishes_byte_exact() {
         seed: 42,
         ..Impair::default()
     });
+    spec.congestion = Some("cubic".into());
     let chain = Chain::start(&spec, Proxy::Relay, "loss");
+    assert_eq!(chain.tb.congestion(), "cubic");
     chain.tb.reset_hops();
     chain.upload(8 << 20);
     let s = chain.tb.hop_stats()[0].1.clone();
