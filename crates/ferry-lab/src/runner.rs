@@ -319,6 +319,12 @@ pub fn base_vars(
     v.insert("server_name".into(), SERVER_NAME.into());
     v.insert("ws_path".into(), "/lab-ws".into());
     v.insert("dir".into(), dir.display().to_string());
+    // Where each role's process is reached: all on loopback here; on the testbed the entry
+    // (client) is node B, the server node C and the receiver node D. Processes of one node
+    // reach each other on 127.0.0.1 (each namespace has its own loopback).
+    for h in ["entry_host", "server_host", "target_host"] {
+        v.insert(h.into(), "127.0.0.1".into());
+    }
     if let Some((c, k, sha)) = cert {
         v.insert("cert".into(), c.display().to_string());
         v.insert("key".into(), k.display().to_string());
