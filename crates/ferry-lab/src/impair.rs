@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::sys;
 
 /// What the hop does to each packet, in each direction.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Impair {
     /// Added to every packet, each way (the round trip grows by twice this).
     pub delay: Duration,
@@ -31,6 +31,32 @@ pub struct Impair {
     pub loss_pct: f64,
     /// Seed of the drop decisions (a run is repeatable).
     pub seed: u64,
+}
+
+impl Serialize for Impair {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Impair", 4)?;
+        st.serialize_field("delay_ms", &(self.delay.as_secs_f64() * 1000.0))?;
+        st.serialize_field("jitter_ms", &(self.jitter.as_secs_f64() * 1000.0))?;
+        st.serialize_field("loss_pct", &self.loss_pct)?;
+        st.serialize_field("seed", &self.seed)?;
+        st.end()
+    }
+}
+
+impl Impair {
+    /// "25 ms each way, 1% loss" for reports.
+    pub fn describe(&self) -> String {
+        let mut v = vec![format!("{} ms each way", self.delay.as_millis())];
+        if !self.jitter.is_zero() {
+            v.push(format!("± {} ms jitter", self.jitter.as_millis()));
+        }
+        if self.loss_pct > 0.0 {
+            v.push(format!("{}% loss", self.loss_pct));
+        }
+        v.join(", ")
+    }
 }
 
 impl Default for Impair {

@@ -26,6 +26,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Build the reports' testbed (namespaces A -> B -> C -> D) and hold it: each node's address
@@ -87,6 +89,8 @@ enum Cmd {
         probe: Probe,
         #[command(flatten)]
         inner: InnerTlsArgs,
+        #[command(flatten)]
+        bed: BedArgs,
         /// Skip the PNG charts.
         #[arg(long)]
         no_charts: bool,
@@ -206,6 +210,64 @@ impl SoakArgs {
             _ => bail!("--duration {s:?}: use s, m or h"),
         };
         Ok(Duration::from_secs_f64(secs))
+    }
+}
+
+/// `run` on the testbed: loadgen in A, the client side in B, the server side in C, the
+/// receiver in D (see `ferry-lab testbed`).
+#[derive(clap::Args, Clone)]
+struct BedArgs {
+    /// Run the chains on the testbed instead of loopback (implied by the options below).
+    #[arg(long)]
+    testbed: bool,
+    /// Cap a node's proxy processes: `b=10` (client side) or `c=10` (server side), percent of
+    /// one CPU.
+    #[arg(long)]
+    cpu_cap: Option<String>,
+    /// An impairment hop between client and server: `delay=25,loss=1` (ms each way, percent;
+    /// also jitter, seed).
+    #[arg(long)]
+    impair: Option<String>,
+    /// TCP congestion control in every node (cubic, bbr, reno).
+    #[arg(long)]
+    congestion: Option<String>,
+    /// A bandwidth limit between client and server, Mbit/s.
+    #[arg(long)]
+    rate: Option<u32>,
+}
+
+impl BedArgs {
+    fn plan(&self) -> Result<Option<runner::TestbedPlan>> {
+        let any = self.testbed
+            || self.cpu_cap.is_some()
+            || self.impair.is_some()
+            || self.congestion.is_some()
+            || self.rate.is_some();
+        if !any {
+            return Ok(None);
+        }
+        let cap = match &self.cpu_cap {
+            None => None,
+            Some(a) => {
+                let (n, v) = a
+                    .split_once('=')
+                    .with_context(|| format!("--cpu-cap {a:?}: give node=percent, e.g. b=10"))?;
+                if n != "b" && n != "c" {
+                    bail!("--cpu-cap {a:?}: the node is b (client side) or c (server side)");
+                }
+                let pct: u32 =
+                    v.parse().ok().filter(|p| *p >= 1).with_context(|| {
+                        format!("--cpu-cap {a:?}: give a percentage of 1 or more")
+                    })?;
+                Some((n.to_string(), pct))
+            }
+        };
+        Ok(Some(runner::TestbedPlan {
+            cap,
+            impair: self.impair.as_deref().map(parse_impair).transpose()?,
+            congestion: self.congestion.clone(),
+            rate_mbit: self.rate,
+        }))
     }
 }
 
@@ -502,9 +564,11 @@ fn real_main() -> Result<ExitCode> {
                     handshake_concurrency,
                 },
             inner,
+            bed,
             no_charts,
         } => {
             let inner_tls = inner.build()?;
+            let testbed = bed.plan()?;
             if reverse && !tests.contains(&Test::Reverse) && tests.contains(&Test::Throughput) {
                 tests.push(Test::Reverse);
             }
@@ -550,6 +614,7 @@ fn real_main() -> Result<ExitCode> {
                 soak_cycles: soak.soak_cycles,
                 inner_tls,
                 charts: !no_charts,
+                testbed,
             };
             report_run(&o)
         }
@@ -600,6 +665,7 @@ fn real_main() -> Result<ExitCode> {
                 soak_cycles: soak.soak_cycles,
                 inner_tls: None,
                 charts: !no_charts,
+                testbed: None,
             };
             report_run(&o)
         }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::impair::Impair;
 use crate::inner_tls::InnerTls;
 
 /// Every implementation the lab knows, in report order.
@@ -153,6 +154,22 @@ pub struct RunOpts {
     pub inner_tls: Option<InnerTls>,
     /// Write charts (PNG).
     pub charts: bool,
+    /// Run each chain on the testbed (namespaces A -> B -> C -> D) instead of loopback.
+    pub testbed: Option<TestbedPlan>,
+}
+
+/// How a run uses the testbed: loadgen in A, the client side in B, the server side in C, the
+/// receiver in D.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct TestbedPlan {
+    /// A CPU cap on one node's processes: ("b" or "c", percent of one CPU).
+    pub cap: Option<(String, u32)>,
+    /// An impairment hop between B and C.
+    pub impair: Option<Impair>,
+    /// TCP congestion control in every node.
+    pub congestion: Option<String>,
+    /// A bandwidth limit between B and C, Mbit/s.
+    pub rate_mbit: Option<u32>,
 }
 
 /// Bytes each fresh connection of the handshake test sends and gets back.

@@ -63,6 +63,23 @@ pub fn markdown(o: &RunOpts, rows: &[Row], charts: &[(String, String)]) -> Strin
     let mut md = String::new();
     let _ = writeln!(md, "# ferry-lab results\n");
     let _ = writeln!(md, "Command: `{}`\n", command_line());
+    if let Some(t) = &o.testbed {
+        let mut v =
+            vec!["loadgen in A, client side in B, server side in C, receiver in D".to_string()];
+        if let Some((n, p)) = &t.cap {
+            v.push(format!("node {} capped at {p}% of a CPU", n.to_uppercase()));
+        }
+        if let Some(i) = &t.impair {
+            v.push(format!("B-C hop: {}", i.describe()));
+        }
+        if let Some(r) = t.rate_mbit {
+            v.push(format!("B-C limited to {r} Mbit/s"));
+        }
+        if let Some(c) = &t.congestion {
+            v.push(format!("TCP {c}"));
+        }
+        let _ = writeln!(md, "Testbed: {}.\n", v.join("; "));
+    }
     let aggs = aggregate(rows);
     let base = o.baseline.as_deref();
     for test in Test::BULK {

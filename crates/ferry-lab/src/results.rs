@@ -61,6 +61,21 @@ pub struct Row {
     /// The soak test: what went through and RSS over time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub soak: Option<Soak>,
+    /// Where the chain ran when it ran on the testbed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub testbed: Option<TestbedRow>,
+}
+
+/// A testbed measurement's conditions, as asked and as measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TestbedRow {
+    pub plan: crate::plan::TestbedPlan,
+    /// The congestion control the nodes used.
+    pub congestion: String,
+    /// What the impairment hop measured during the timed part.
+    pub hop: Option<crate::impair::HopStats>,
+    /// cgroup periods in which the capped node was throttled.
+    pub throttled_periods: Option<u64>,
 }
 
 /// A soak run: idle connections held throughout, cycles of churn, hostile clients and one bulk
@@ -232,6 +247,7 @@ impl Row {
             churn: None,
             soak: None,
             alone_mb_per_s: None,
+            testbed: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //! loopback ports, move verified bytes through it, sample the proxies' CPU and memory, stop
 //! everything, and record one row per measurement.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,8 +16,9 @@ use crate::procs::{self, ProcSet};
 use crate::receiver;
 use crate::results::{Row, Status};
 use crate::scenario::{self, Entry, Scenario};
+use crate::testbed::{NsRuntime, Spec, Testbed};
 
-pub use crate::plan::{RunOpts, Test, ALL_IMPLS, HANDSHAKE_MSG};
+pub use crate::plan::{RunOpts, Test, TestbedPlan, ALL_IMPLS, HANDSHAKE_MSG};
 
 /// The folder scripts/peers.sh installs into.
 pub fn peers_dir() -> PathBuf {
@@ -64,10 +67,50 @@ struct Job {
     run: usize,
 }
 
+/// One measurement's testbed: loadgen's runtime in A, the receiver's in D (fields drop in
+/// order: the runtimes leave the namespaces before the testbed removes them).
+struct Bed {
+    a: NsRuntime,
+    d: NsRuntime,
+    tb: Testbed,
+}
+
+impl Bed {
+    fn build(plan: &TestbedPlan) -> Result<Bed> {
+        let mut spec = Spec::abcd();
+        spec.congestion = plan.congestion.clone();
+        let bc = spec.link_after("b");
+        bc.impair = plan.impair;
+        bc.rate_mbit = plan.rate_mbit;
+        let tb = Testbed::build(&spec).context("building the testbed")?;
+        Ok(Bed {
+            a: tb.runtime("a")?,
+            d: tb.runtime("d")?,
+            tb,
+        })
+    }
+
+    fn addr(&self, node: &str) -> std::net::IpAddr {
+        self.tb.node(node).addr.into()
+    }
+}
+
+/// The node a chain's process runs on: the client side (or a single relay) in B, everything
+/// else (server, nginx in front of it, fallback targets, REALITY sites) in C.
+fn node_of(name: &str, processes: usize) -> &'static str {
+    if processes == 1 || name == "client" {
+        "b"
+    } else {
+        "c"
+    }
+}
+
 /// Per-run shared state.
 struct Ctx<'a> {
     o: &'a RunOpts,
     rt: tokio::runtime::Runtime,
+    /// The current measurement's testbed (None on loopback).
+    bed: RefCell<Option<Bed>>,
     cert: Option<Cert>,
     ferry_bin: Option<PathBuf>,
     nofile: u64,
@@ -172,6 +215,7 @@ pub fn run(o: &RunOpts) -> Result<Vec<Row>> {
     let ctx = Ctx {
         o,
         rt,
+        bed: RefCell::new(None),
         cert,
         ferry_bin,
         nofile,
@@ -342,7 +386,41 @@ struct Chain {
     target: Target,
 }
 
+/// Clears the measurement's testbed when the measurement ends, however it ends.
+struct ClearBed<'a>(&'a RefCell<Option<Bed>>);
+
+impl Drop for ClearBed<'_> {
+    fn drop(&mut self) {
+        self.0.borrow_mut().take();
+    }
+}
+
 impl Ctx<'_> {
+    /// Runs a loadgen future: in node A's namespace on the testbed, else here.
+    fn block_on<F>(&self, fut: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        match self.bed.borrow().as_ref() {
+            Some(b) => b.a.block_on(fut),
+            None => self.rt.block_on(fut),
+        }
+    }
+
+    /// The testbed's conditions for the row, with what the hop and the cap measured.
+    fn bed_row(&self) -> Option<crate::results::TestbedRow> {
+        let bed = self.bed.borrow();
+        let b = bed.as_ref()?;
+        let plan = self.o.testbed.clone().unwrap_or_default();
+        Some(crate::results::TestbedRow {
+            congestion: b.tb.congestion(),
+            hop: b.tb.hop_stats().into_iter().next().map(|(_, h)| h),
+            throttled_periods: plan.cap.as_ref().and_then(|(n, _)| b.tb.throttled(n)),
+            plan,
+        })
+    }
+
     fn bin(&self, name: &str) -> Result<PathBuf> {
         if name == "ferry" {
             return self
@@ -383,6 +461,15 @@ impl Ctx<'_> {
             .ok_or_else(|| anyhow!("{imp} has no template for {}", s.name))?;
         let mut vars = base_vars(s, dir, self.cert_vars());
         vars.insert("target_port".into(), target_port.to_string());
+        if let Some(b) = self.bed.borrow().as_ref() {
+            for (h, node) in [
+                ("entry_host", "b"),
+                ("server_host", "c"),
+                ("target_host", "d"),
+            ] {
+                vars.insert(h.into(), b.addr(node).to_string());
+            }
+        }
         let mut texts = Vec::new();
         for p in &procs {
             let t = s.template_text(&self.o.scenario_dir, p)?;
@@ -483,8 +570,32 @@ impl Ctx<'_> {
         let mut entry = None;
         if s.entry != Entry::Direct {
             let (procs, vars) = self.render(s, imp, dir, target_port)?;
+            let count = procs.len();
             for (name, bin, args, listen) in procs {
-                set.spawn(&name, &bin, &args, dir)?;
+                let mut bed = self.bed.borrow_mut();
+                match bed.as_mut() {
+                    None => {
+                        set.spawn(&name, &bin, &args, dir)?;
+                    }
+                    Some(b) => {
+                        let node = node_of(&name, count);
+                        let mut cmd = b.tb.command(node, &bin);
+                        cmd.args(&args);
+                        let pid = set
+                            .spawn_cmd(&name, cmd, dir)
+                            .with_context(|| format!("starting {name} in node {node}"))?;
+                        if let Some((cap_node, pct)) = self
+                            .o
+                            .testbed
+                            .as_ref()
+                            .and_then(|t| t.cap.as_ref())
+                            .filter(|(n, _)| n == node)
+                        {
+                            b.tb.cap(cap_node, pid, *pct)?;
+                        }
+                    }
+                }
+                drop(bed);
                 set.wait_listening(&listen, Duration::from_secs(15))?;
             }
             entry = Some(
@@ -495,12 +606,16 @@ impl Ctx<'_> {
                     })?,
             );
         }
-        let local = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+        let (entry_ip, target_ip) = match self.bed.borrow().as_ref() {
+            Some(b) => (b.addr("b"), b.addr("d")),
+            None => ([127, 0, 0, 1].into(), [127, 0, 0, 1].into()),
+        };
+        let local = |p: u16| std::net::SocketAddr::new(entry_ip, p);
         let inner_tls = self.o.inner_tls.clone();
         let target = match (s.entry, entry) {
             (Entry::Socks, Some(e)) => Target {
                 connect: local(e),
-                socks_dest: Some(local(target_port)),
+                socks_dest: Some(std::net::SocketAddr::new(target_ip, target_port)),
                 inner_tls,
             },
             (_, Some(e)) => Target {
@@ -509,7 +624,7 @@ impl Ctx<'_> {
                 inner_tls,
             },
             (_, None) => Target {
-                connect: local(target_port),
+                connect: std::net::SocketAddr::new(target_ip, target_port),
                 socks_dest: None,
                 inner_tls,
             },
@@ -553,27 +668,39 @@ impl Ctx<'_> {
         if matches!(job.test, Test::Iperf3 | Test::Iperf3Reverse) {
             return self.measure_iperf3(s, job, dir, row);
         }
-        let (target_port, reports, recv_task) = self.rt.block_on(receiver::start(0))?;
+        if let Some(plan) = &o.testbed {
+            *self.bed.borrow_mut() = Some(Bed::build(plan)?);
+        }
+        let _clear = ClearBed(&self.bed);
+        let (target_port, reports, recv_task) = match self.bed.borrow().as_ref() {
+            Some(b) => b.d.block_on(receiver::start_on(std::net::SocketAddr::new(
+                b.addr("d"),
+                0,
+            )))?,
+            None => self.rt.block_on(receiver::start(0))?,
+        };
         let _stop_receiver = AbortOnDrop(recv_task);
         let mut chain = self.start_chain(s, &job.imp, dir, target_port)?;
         let target = chain.target.clone();
         // A small verified transfer first: proves the chain works before anything is timed.
-        self.rt
-            .block_on(loadgen::bulk(
-                &target,
-                &BulkOpts {
-                    amount: 1 << 20,
-                    concurrency: 1,
-                    reverse: false,
-                    stall: o.stall,
-                },
-            ))
-            .context("warm-up transfer")?;
+        self.block_on(loadgen::bulk(
+            &target,
+            &BulkOpts {
+                amount: 1 << 20,
+                concurrency: 1,
+                reverse: false,
+                stall: o.stall,
+            },
+        ))
+        .context("warm-up transfer")?;
         let before = chain.procs.usage();
+        if let Some(b) = self.bed.borrow().as_ref() {
+            b.tb.reset_hops();
+        }
         match job.test {
             Test::Throughput | Test::Reverse => {
                 let per = (o.amount / job.param as u64).max(1);
-                let t = self.rt.block_on(loadgen::bulk(
+                let t = self.block_on(loadgen::bulk(
                     &target,
                     &BulkOpts {
                         amount: per,
@@ -600,11 +727,9 @@ impl Ctx<'_> {
             Test::Latency => {
                 let timeout = o.stall;
                 let ttfb = self
-                    .rt
                     .block_on(loadgen::ttfb(&target, o.ttfb_count, timeout))
                     .context("time to first byte")?;
                 let rtt = self
-                    .rt
                     .block_on(loadgen::round_trips(
                         &target, o.rr_size, o.rr_count, timeout,
                     ))
@@ -634,7 +759,6 @@ impl Ctx<'_> {
                     std::thread::sleep(Duration::from_millis(300));
                     let u0 = chain.procs.usage_by_name();
                     let burst = self
-                        .rt
                         .block_on(loadgen::fresh_conns(
                             &target,
                             n,
@@ -695,9 +819,7 @@ impl Ctx<'_> {
                 let bulk = |what: &str| self.one_bulk(&target, what);
                 let alone = bulk("alone")?;
                 self.check_receiver(&reports, job, o.amount)?;
-                let held = self
-                    .rt
-                    .block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
+                let held = self.block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
                 std::thread::sleep(Duration::from_secs(1));
                 let beside = bulk("beside the idle connections")?;
                 chain.procs.check_alive()?;
@@ -769,9 +891,7 @@ impl Ctx<'_> {
                 std::thread::sleep(Duration::from_millis(300));
                 let base = chain.procs.usage();
                 let base_by = chain.procs.usage_by_name();
-                let held = self
-                    .rt
-                    .block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
+                let held = self.block_on(loadgen::hold_idle(&target, job.param, o.stall))?;
                 std::thread::sleep(Duration::from_secs(1));
                 let after = chain.procs.usage();
                 let after_by = chain.procs.usage_by_name();
@@ -799,6 +919,7 @@ impl Ctx<'_> {
                 row.peak_rss_kb = after.hwm_kb;
             }
         }
+        row.testbed = self.bed_row();
         chain.procs.stop_all();
         row.status = Status::Ok;
         Ok(())
@@ -807,31 +928,29 @@ impl Ctx<'_> {
     /// One `--amount` transfer over one connection (the bulk-idle and soak tests).
     fn one_bulk(&self, target: &Target, what: &str) -> Result<loadgen::Transfer> {
         let o = self.o;
-        self.rt
-            .block_on(loadgen::bulk(
-                target,
-                &BulkOpts {
-                    amount: o.amount,
-                    concurrency: 1,
-                    reverse: false,
-                    stall: o.stall,
-                },
-            ))
-            .with_context(|| format!("bulk transfer {what}"))
+        self.block_on(loadgen::bulk(
+            target,
+            &BulkOpts {
+                amount: o.amount,
+                concurrency: 1,
+                reverse: false,
+                stall: o.stall,
+            },
+        ))
+        .with_context(|| format!("bulk transfer {what}"))
     }
 
     /// `count` short echoed connections, `--handshake-concurrency` at a time (churn and soak).
     fn churn_batch(&self, target: &Target, count: usize) -> Result<()> {
         let o = self.o;
-        self.rt
-            .block_on(loadgen::fresh_conns(
-                target,
-                count,
-                o.handshake_concurrency,
-                HANDSHAKE_MSG,
-                o.stall,
-            ))
-            .map(|_| ())
+        self.block_on(loadgen::fresh_conns(
+            target,
+            count,
+            o.handshake_concurrency,
+            HANDSHAKE_MSG,
+            o.stall,
+        ))
+        .map(|_| ())
     }
 
     /// The soak test (see [`Test::Soak`]).
@@ -885,14 +1004,12 @@ impl Ctx<'_> {
         std::thread::sleep(Duration::from_millis(500));
         sample("bulk alone", &mut samples, chain);
         let held = self
-            .rt
             .block_on(loadgen::hold_idle(target, job.param, o.stall))
             .context("soak: holding the idle connections")?;
         sample("idle held", &mut samples, chain);
         let (mut churned, mut cycles, mut bulk) = (0, 0, Vec::new());
         while start.elapsed() < o.soak && (o.soak_cycles == 0 || cycles < o.soak_cycles) {
             let hostile = self
-                .rt
                 .block_on(loadgen::hold_hostile(target, o.soak_hostile, o.stall))
                 .context("soak: hostile clients")?;
             let per = o.soak_churn.div_ceil(5).max(1);
@@ -938,6 +1055,9 @@ impl Ctx<'_> {
     /// counted.
     fn measure_iperf3(&self, s: &Scenario, job: &Job, dir: &Path, row: &mut Row) -> Result<()> {
         let o = self.o;
+        if o.testbed.is_some() {
+            bail!("iperf3 on the testbed: not yet (use `ferry-lab testbed --run` by hand)");
+        }
         if s.entry == Entry::Socks {
             bail!(
                 "{}: iperf3 needs a forwarding (dokodemo-door) entry",

@@ -153,6 +153,7 @@ fn opts(scenarios: &[&str], impls: &[&str], out: &Path, dir: &Path) -> RunOpts {
         soak_cycles: 0,
         inner_tls: None,
         charts: false,
+        testbed: None,
     }
 }
 

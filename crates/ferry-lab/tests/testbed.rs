@@ -421,3 +421,66 @@ fn next_run_sweeps_what_a_killed_lab_and_watchdog_left() {
     );
     wait_for("the orphan's end", 5, || !ferry_lab::procs::alive(pid));
 }
+
+/// `ferry-lab run` on the testbed: Ferry and Xray chains with the server side capped and a lossy
+/// hop between client and server; every row says what the hop and the cap did.
+#[test]
+fn run_places_chains_on_the_testbed() {
+    let xray = runner::peers_dir().join("xray");
+    assert!(
+        xray.exists(),
+        "peer xray missing at {}: run scripts/peers.sh",
+        xray.display()
+    );
+    let out = tmp("run");
+    let ferry = ferry_bin();
+    let o = Command::new(env!("CARGO_BIN_EXE_ferry-lab"))
+        .args([
+            "run",
+            "relay-chain",
+            "ss-aes-128-gcm",
+            "--impl",
+            "ferry,xray",
+            "--cpu-cap",
+            "c=10",
+            "--impair",
+            "delay=2,loss=0.5",
+            "--congestion",
+            "cubic",
+            "--streams",
+            "1",
+            "--amount",
+            "8M",
+            "--no-charts",
+            "--ferry-bin",
+        ])
+        .arg(&ferry)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{text}");
+    for r in rows {
+        let what = format!("{} {}", r["scenario"], r["implementation"]);
+        assert_eq!(r["status"], "ok", "{what}: {r}");
+        assert_eq!(r["bytes"], 8 << 20, "{what}");
+        let t = &r["testbed"];
+        assert_eq!(t["congestion"], "cubic", "{what}");
+        assert_eq!(t["plan"]["impair"]["delay_ms"], 2.0, "{what}");
+        assert!(t["hop"]["packets"].as_u64().unwrap() > 1000, "{what}: {t}");
+        assert!(t["throttled_periods"].as_u64().is_some(), "{what}: {t}");
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("node C capped at 10% of a CPU"), "{md}");
+    assert!(md.contains("B-C hop: 2 ms each way, 0.5% loss"), "{md}");
+    let _ = std::fs::remove_dir_all(&out);
+}

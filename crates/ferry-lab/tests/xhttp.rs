@@ -62,6 +62,7 @@ fn opts(scenarios: &[&str], out: &Path, dir: &Path) -> RunOpts {
         soak_cycles: 0,
         inner_tls: None,
         charts: false,
+        testbed: None,
     }
 }
 
