@@ -277,7 +277,7 @@ pub fn write_soak_charts(
         }
         let file = format!("chart-{s}-soak.png");
         let title = format!("{s}: soak, RSS of the chain (MiB) over time (s)");
-        draw_lines(&out.join(&file), &title, &lines)?;
+        draw_lines(&out.join(&file), &title, ("seconds", "MiB"), &lines)?;
         let legend = format!(
             "{title}. Lines: {}.",
             lines
@@ -295,7 +295,12 @@ pub fn write_soak_charts(
 /// Names of [`PALETTE`]'s colours, for legends without text in the chart.
 const COLOR_NAMES: [&str; 5] = ["blue", "orange", "green", "red", "purple"];
 
-fn draw_lines(path: &Path, title: &str, lines: &[(&String, Vec<(f64, f64)>)]) -> Result<()> {
+fn draw_lines(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    lines: &[(&String, Vec<(f64, f64)>)],
+) -> Result<()> {
     let text = have_font();
     let root = BitMapBackend::new(path, (960, 520)).into_drawing_area();
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
@@ -315,8 +320,8 @@ fn draw_lines(path: &Path, title: &str, lines: &[(&String, Vec<(f64, f64)>)]) ->
     {
         let mut mesh = chart.configure_mesh();
         if text {
-            mesh.x_desc("seconds")
-                .y_desc("MiB")
+            mesh.x_desc(x_desc)
+                .y_desc(y_desc)
                 .label_style(("sans-serif", 15));
         } else {
             mesh.x_labels(0).y_labels(0);
@@ -325,6 +330,11 @@ fn draw_lines(path: &Path, title: &str, lines: &[(&String, Vec<(f64, f64)>)]) ->
     }
     for (i, (name, pts)) in lines.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
+        if pts.len() <= 40 {
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|x| anyhow!("{x:?}"))?;
+        }
         let series = chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(|x| anyhow!("{x:?}"))?;
@@ -345,4 +355,171 @@ fn draw_lines(path: &Path, title: &str, lines: &[(&String, Vec<(f64, f64)>)]) ->
     }
     root.present().map_err(e)?;
     Ok(())
+}
+
+/// `ferry-lab report`'s charts: throughput against the CPU cap, one line per implementation
+/// (001: a chart per scenario; 002: per scenario and record size), and for 003 the round-trip
+/// percentiles per case on each link; returns (file name, legend) pairs.
+pub fn write_report_charts(
+    out: &Path,
+    id: &str,
+    rows: &[crate::reports::FlatRow],
+) -> Result<Vec<(String, String)>> {
+    use crate::reports::FlatRow;
+    let ok: Vec<&FlatRow> = rows.iter().filter(|r| r.status == "ok").collect();
+    let mut made = Vec::new();
+    let legend_of = |title: &str, names: &[String]| {
+        format!(
+            "{title}. Lines: {}.",
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("{n} ({})", COLOR_NAMES[i % COLOR_NAMES.len()]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    match id {
+        "001" | "002" => {
+            let mut groups: Vec<(String, Option<usize>, usize)> = Vec::new();
+            for r in &ok {
+                let g = (r.scenario.clone(), r.record_size, r.conns);
+                if r.test == "throughput" && r.cpu_cap_pct.is_some() && !groups.contains(&g) {
+                    groups.push(g);
+                }
+            }
+            for (scn, rec, conns) in groups {
+                let mut names: Vec<String> = Vec::new();
+                let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+                for r in ok.iter().filter(|r| {
+                    r.scenario == scn
+                        && r.record_size == rec
+                        && r.conns == conns
+                        && r.test == "throughput"
+                }) {
+                    if !names.contains(&r.implementation) {
+                        names.push(r.implementation.clone());
+                        lines.push((r.implementation.clone(), Vec::new()));
+                    }
+                }
+                for (imp, pts) in &mut lines {
+                    let mut caps: Vec<u32> = ok
+                        .iter()
+                        .filter(|r| {
+                            r.scenario == scn
+                                && r.record_size == rec
+                                && r.conns == conns
+                                && &r.implementation == imp
+                        })
+                        .filter_map(|r| r.cpu_cap_pct)
+                        .collect();
+                    caps.sort();
+                    caps.dedup();
+                    for cap in caps {
+                        let v: Vec<f64> = ok
+                            .iter()
+                            .filter(|r| {
+                                r.scenario == scn
+                                    && r.record_size == rec
+                                    && r.conns == conns
+                                    && &r.implementation == imp
+                                    && r.cpu_cap_pct == Some(cap)
+                                    && r.test == "throughput"
+                            })
+                            .map(|r| r.gbps)
+                            .collect();
+                        if !v.is_empty() {
+                            pts.push((cap as f64, v.iter().sum::<f64>() / v.len() as f64));
+                        }
+                    }
+                }
+                let rec_s = rec.map(|r| format!("-{}k", r / 1024)).unwrap_or_default();
+                let file = format!("chart-{id}-{scn}{rec_s}-x{conns}.png");
+                let title = format!(
+                    "{scn}{}, {conns} conn: Gbit/s against CPU cap (%)",
+                    rec.map(|r| format!(", {}K records", r / 1024))
+                        .unwrap_or_default()
+                );
+                let refs: Vec<(&String, Vec<(f64, f64)>)> =
+                    lines.iter().map(|(n, p)| (n, p.clone())).collect();
+                draw_lines(
+                    &out.join(&file),
+                    &title,
+                    ("CPU cap, % of one CPU", "Gbit/s"),
+                    &refs,
+                )?;
+                made.push((file, legend_of(&title, &names)));
+            }
+        }
+        "003" => {
+            let mut links: Vec<bool> = Vec::new();
+            for r in &ok {
+                let lossy = r.loss_pct.is_some();
+                if r.test == "latency" && !links.contains(&lossy) {
+                    links.push(lossy);
+                }
+            }
+            for lossy in links {
+                let lat: Vec<&&FlatRow> = ok
+                    .iter()
+                    .filter(|r| r.test == "latency" && r.loss_pct.is_some() == lossy)
+                    .collect();
+                let mut scns: Vec<String> = Vec::new();
+                let mut names: Vec<String> = Vec::new();
+                for r in &lat {
+                    if !scns.contains(&r.scenario) {
+                        scns.push(r.scenario.clone());
+                    }
+                    if !names.contains(&r.implementation) {
+                        names.push(r.implementation.clone());
+                    }
+                }
+                let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+                let mut labels = Vec::new();
+                for imp in &names {
+                    for (q, f) in [("p50", 0usize), ("p99", 1usize)] {
+                        let pts: Vec<(f64, f64)> = scns
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, s)| {
+                                let r = lat
+                                    .iter()
+                                    .find(|r| &r.scenario == s && &r.implementation == imp)?;
+                                let v = if f == 0 {
+                                    r.latency_p50_ms
+                                } else {
+                                    r.latency_p99_ms
+                                }?;
+                                Some(((i + 1) as f64, v))
+                            })
+                            .collect();
+                        labels.push(format!("{imp} {q}"));
+                        lines.push((format!("{imp} {q}"), pts));
+                    }
+                }
+                let link = if lossy { "lossy" } else { "clean" };
+                let file = format!("chart-003-latency-{link}.png");
+                let title = format!(
+                    "round trips, {} link: p50 and p99 ms by case ({})",
+                    link,
+                    scns.iter()
+                        .enumerate()
+                        .map(|(i, s)| format!("{} = {s}", i + 1))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let refs: Vec<(&String, Vec<(f64, f64)>)> =
+                    lines.iter().map(|(n, p)| (n, p.clone())).collect();
+                draw_lines(
+                    &out.join(&file),
+                    &format!("003 round trips, {link} link (ms)"),
+                    ("case", "ms"),
+                    &refs,
+                )?;
+                made.push((file, legend_of(&title, &labels)));
+            }
+        }
+        _ => {}
+    }
+    Ok(made)
 }

@@ -8,6 +8,7 @@ pub mod plan;
 pub mod procs;
 pub mod receiver;
 pub mod report;
+pub mod reports;
 pub mod results;
 pub mod runner;
 pub mod scenario;

@@ -13,7 +13,7 @@ use ferry_lab::inner_tls::{self, InnerTls, TlsVersion};
 use ferry_lab::loadgen::{self, BulkOpts, Target};
 use ferry_lab::report::Status;
 use ferry_lab::runner::{self, RunOpts, Test};
-use ferry_lab::{receiver, scenario, testbed, wire};
+use ferry_lab::{receiver, reports, scenario, testbed, wire};
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +34,35 @@ enum Cmd {
     /// is printed; run commands in a node with `--run` or `ip netns exec <namespace> ...`.
     /// Ctrl-C (or the end of --hold) removes everything.
     Testbed(TestbedArgs),
+    /// Rerun one of the benchmark reports this project started from, in its own shape: 000
+    /// ciphers on loopback; 001 the A-B-C-D chains with B capped; 002 Vision vs TLS under CPU
+    /// caps and inner record sizes; 003 ciphers on a clean and a 50 ms / 1% loss link; 004
+    /// fallbacks and nginx in front. Writes results.json, results.md and charts.
+    Report {
+        /// 000, 001, 002, 003 or 004.
+        report: String,
+        /// Implementations, comma-separated (default: every one each scenario has).
+        #[arg(long = "impl", value_delimiter = ',')]
+        impls: Option<Vec<String>>,
+        /// A reduced shape of the same table (fewer caps, sizes and bytes): minutes, not hours.
+        #[arg(long)]
+        quick: bool,
+        /// Repetitions of each measurement (the tables show the median).
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// Bytes per throughput measurement instead of the report's own (K/M/G suffixes).
+        #[arg(long)]
+        amount: Option<String>,
+        /// Output folder (default results/report-NNN-<timestamp>/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Use this ferry binary instead of building `cargo build --release -p ferry`.
+        #[arg(long)]
+        ferry_bin: Option<PathBuf>,
+        /// Folder of peer binaries (default: scripts/peers.sh's cache).
+        #[arg(long)]
+        peers_dir: Option<PathBuf>,
+    },
     /// Run scenarios for several implementations and write results/<timestamp>/.
     Run {
         /// Scenario names (files under crates/ferry-lab/scenarios/), or groups: a prefix such as
@@ -668,6 +697,56 @@ fn real_main() -> Result<ExitCode> {
                 testbed: None,
             };
             report_run(&o)
+        }
+        Cmd::Report {
+            report,
+            impls,
+            quick,
+            runs,
+            amount,
+            out,
+            ferry_bin,
+            peers_dir,
+        } => {
+            if runs == 0 {
+                bail!("--runs must be at least 1");
+            }
+            for i in impls.iter().flatten() {
+                if !runner::ALL_IMPLS.contains(&i.as_str()) {
+                    bail!(
+                        "unknown implementation {i:?}; known: {}",
+                        runner::ALL_IMPLS.join(", ")
+                    );
+                }
+            }
+            let o = reports::ReportOpts {
+                out: out.unwrap_or_else(|| {
+                    PathBuf::from("results").join(format!("report-{report}-{}", timestamp()))
+                }),
+                id: report,
+                impls,
+                quick,
+                runs,
+                amount: amount.map(|a| wire::parse_size(&a)).transpose()?,
+                ferry_bin,
+                scenario_dir: scenario::default_dir(),
+                peers_dir: peers_dir.unwrap_or_else(runner::peers_dir),
+            };
+            let rows = reports::run(&o)?;
+            println!(
+                "{}",
+                std::fs::read_to_string(o.out.join("results.md")).unwrap_or_default()
+            );
+            println!("results in {}", o.out.display());
+            let errors = rows
+                .iter()
+                .filter(|r| r.status.starts_with("error"))
+                .count();
+            if errors > 0 {
+                eprintln!("{errors} measurement(s) failed; see the report");
+                return Ok(ExitCode::FAILURE);
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Testbed(t) => {
             if t.sweep {

@@ -484,3 +484,86 @@ fn run_places_chains_on_the_testbed() {
     assert!(md.contains("B-C hop: 2 ms each way, 0.5% loss"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `ferry-lab report 002 --quick` with small transfers: Vision and TLS for Ferry and Xray under
+/// two caps of the server node and two inner record sizes, in the results.json schema,
+/// with the table and one chart per scenario and record size.
+#[test]
+fn report_002_quick_writes_its_table_and_charts() {
+    let xray = runner::peers_dir().join("xray");
+    assert!(
+        xray.exists(),
+        "peer xray missing at {}: run scripts/peers.sh",
+        xray.display()
+    );
+    let out = tmp("report");
+    let o = Command::new(env!("CARGO_BIN_EXE_ferry-lab"))
+        .args([
+            "report",
+            "002",
+            "--quick",
+            "--impl",
+            "ferry,xray",
+            "--amount",
+            "16M",
+            "--ferry-bin",
+        ])
+        .arg(ferry_bin())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("8/8 cases in"), "no progress lines: {text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(v["report"], "002");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        16,
+        "2 records x 2 scenarios x 2 caps x 2 implementations"
+    );
+    for r in rows {
+        for k in [
+            "report",
+            "case",
+            "impl",
+            "cpu_cap_pct",
+            "record_size",
+            "conns",
+            "delay_ms",
+            "loss_pct",
+            "gbps",
+            "cpu_s_per_gb",
+            "ttfb_ms",
+            "latency_p50_ms",
+            "latency_p99_ms",
+            "status",
+        ] {
+            assert!(r.get(k).is_some(), "{k} missing in {r}");
+        }
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["gbps"].as_f64().unwrap() > 0.0);
+        assert!([10, 100].contains(&r["cpu_cap_pct"].as_u64().unwrap()));
+        assert!([1024, 16384].contains(&r["record_size"].as_u64().unwrap()));
+        let vision = r["scenario"] == "vless-vision";
+        assert_eq!(r["flow"], if vision { "xtls-rprx-vision" } else { "-" });
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("| 10% Gbit/s | 100% Gbit/s |"), "{md}");
+    for c in [
+        "chart-002-vless-tls-1k-x1.png",
+        "chart-002-vless-vision-16k-x1.png",
+    ] {
+        let png = std::fs::read(out.join(c)).unwrap_or_else(|_| panic!("{c} missing"));
+        assert_eq!(&png[..4], b"\x89PNG");
+        assert!(md.contains(c));
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
