@@ -608,8 +608,8 @@ pub fn markdown(o: &ReportOpts, title: &str, cases: &[Case], rows: &[FlatRow]) -
                 "Testbed: loadgen in A, client side in B, server side in C, receiver in D; TLS 1.3 \
                  from A to D through the chain; {node} capped (percent of one CPU). Flow: the VLESS \
                  flow the row ran — today's cores (Ferry, Xray, sing-box) run Vision; the reports' \
-                 `xtls-rprx-direct`/`origin` rows need Xray 1.7.5, which the peers script does not \
-                 install yet, so they are not in this table.\n"
+                 `xtls-rprx-direct`/`origin` rows need Xray 1.7.5, which does not build with Go \
+                 1.26 (gvisor and qtls-go1-20 stop at Go 1.20), so they are not in this table.\n"
             );
             // Rows: (scenario/record, impl); columns: caps.
             let mut caps: Vec<u32> = rows.iter().filter_map(|r| r.cpu_cap_pct).collect();
