@@ -665,13 +665,13 @@ impl Ctx<'_> {
                 );
             }
         }
-        if matches!(job.test, Test::Iperf3 | Test::Iperf3Reverse) {
-            return self.measure_iperf3(s, job, dir, row);
-        }
         if let Some(plan) = &o.testbed {
             *self.bed.borrow_mut() = Some(Bed::build(plan)?);
         }
         let _clear = ClearBed(&self.bed);
+        if matches!(job.test, Test::Iperf3 | Test::Iperf3Reverse) {
+            return self.measure_iperf3(s, job, dir, row);
+        }
         let (target_port, reports, recv_task) = match self.bed.borrow().as_ref() {
             Some(b) => b.d.block_on(receiver::start_on(std::net::SocketAddr::new(
                 b.addr("d"),
@@ -1055,9 +1055,6 @@ impl Ctx<'_> {
     /// counted.
     fn measure_iperf3(&self, s: &Scenario, job: &Job, dir: &Path, row: &mut Row) -> Result<()> {
         let o = self.o;
-        if o.testbed.is_some() {
-            bail!("iperf3 on the testbed: not yet (use `ferry-lab testbed --run` by hand)");
-        }
         if s.entry == Entry::Socks {
             bail!(
                 "{}: iperf3 needs a forwarding (dokodemo-door) entry",
@@ -1066,8 +1063,16 @@ impl Ctx<'_> {
         }
         let iperf = self.bin("iperf3")?;
         let port = procs::free_port()?;
-        let mut server = Command::new(&iperf)
-            .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        // On the testbed the server runs in D and the client in A, as loadgen and receiver do.
+        let place = |node: &str| -> (Command, String) {
+            match self.bed.borrow().as_ref() {
+                Some(b) => (b.tb.command(node, &iperf), b.addr(node).to_string()),
+                None => (Command::new(&iperf), "127.0.0.1".to_string()),
+            }
+        };
+        let (mut server_cmd, server_addr) = place("d");
+        let mut server = server_cmd
+            .args(["-s", "-1", "-B", &server_addr, "-p", &port.to_string()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -1075,9 +1080,23 @@ impl Ctx<'_> {
         let res = (|| -> Result<()> {
             let mut chain = self.start_chain(s, &job.imp, dir, port)?;
             let entry = chain.target.connect.port();
+            let entry_addr = chain.target.connect.ip().to_string();
+            // iperf3 -s in a namespace listens a moment after it starts.
+            if self.bed.borrow().is_some() {
+                let t0 = Instant::now();
+                while !procs::listening_ports_of(server.id()).contains(&port) {
+                    if t0.elapsed() > Duration::from_secs(5) {
+                        bail!("iperf3 -s did not listen in node D");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            if let Some(b) = self.bed.borrow().as_ref() {
+                b.tb.reset_hops();
+            }
             let before = chain.procs.usage();
-            let mut cmd = Command::new(&iperf);
-            cmd.args(["-c", "127.0.0.1", "-p", &entry.to_string(), "-J"])
+            let (mut cmd, _) = place("a");
+            cmd.args(["-c", &entry_addr, "-p", &entry.to_string(), "-J"])
                 .args(["-P", &job.param.to_string(), "-n", &o.amount.to_string()]);
             if job.test == Test::Iperf3Reverse {
                 cmd.arg("-R");
@@ -1103,6 +1122,7 @@ impl Ctx<'_> {
             row.cpu_secs = after.cpu_secs - before.cpu_secs;
             row.cpu_secs_per_gb = row.cpu_secs / (bytes / 1e9);
             row.peak_rss_kb = after.hwm_kb;
+            row.testbed = self.bed_row();
             chain.procs.stop_all();
             Ok(())
         })();

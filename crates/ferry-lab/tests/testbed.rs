@@ -423,7 +423,8 @@ fn next_run_sweeps_what_a_killed_lab_and_watchdog_left() {
 }
 
 /// `ferry-lab run` on the testbed: Ferry and Xray chains with the server side capped and a lossy
-/// hop between client and server; every row says what the hop and the cap did.
+/// hop between client and server, loaded by loadgen and by iperf3 (client in A, server in D);
+/// every row says what the hop and the cap did.
 #[test]
 fn run_places_chains_on_the_testbed() {
     let xray = runner::peers_dir().join("xray");
@@ -447,6 +448,8 @@ fn run_places_chains_on_the_testbed() {
             "delay=2,loss=0.5",
             "--congestion",
             "cubic",
+            "--tests",
+            "throughput,iperf3",
             "--streams",
             "1",
             "--amount",
@@ -468,15 +471,21 @@ fn run_places_chains_on_the_testbed() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4, "{text}");
+    assert_eq!(rows.len(), 8, "{text}");
     for r in rows {
-        let what = format!("{} {}", r["scenario"], r["implementation"]);
+        let what = format!("{} {} {}", r["scenario"], r["implementation"], r["test"]);
         assert_eq!(r["status"], "ok", "{what}: {r}");
-        assert_eq!(r["bytes"], 8 << 20, "{what}");
+        if r["test"] == "throughput" {
+            assert_eq!(r["bytes"], 8 << 20, "{what}");
+        } else {
+            // iperf3 -n ends once the client has written everything: the server in D counts
+            // what arrived by then (on this lossy link, less than was sent).
+            assert!(r["bytes"].as_u64().unwrap() > 0, "{what}: {r}");
+        }
         let t = &r["testbed"];
         assert_eq!(t["congestion"], "cubic", "{what}");
         assert_eq!(t["plan"]["impair"]["delay_ms"], 2.0, "{what}");
-        assert!(t["hop"]["packets"].as_u64().unwrap() > 1000, "{what}: {t}");
+        assert!(t["hop"]["packets"].as_u64().unwrap() > 300, "{what}: {t}");
         assert!(t["throttled_periods"].as_u64().is_some(), "{what}: {t}");
     }
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
