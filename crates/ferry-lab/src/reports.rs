@@ -5,8 +5,8 @@
 //! and charts.
 //!
 //! - 000: loopback, VMess and Shadowsocks (and ShadowsocksR) ciphers, 1/2/4 connections.
-//! - 001: the A -> B -> C -> D chains (VLESS over TCP, TLS and Vision, VMess over ws+TLS with and
-//!   without nginx, Trojan over TLS) with TLS traffic from A to D and node B capped.
+//! - 001: the A -> B -> C -> D chains (VLESS over TCP, TLS and Vision, VMess over TLS and over
+//!   ws+TLS with and without nginx, Trojan over TLS) with TLS traffic from A to D and node B capped.
 //! - 002: Vision against plain TLS under each CPU cap of the server node and each inner TLS
 //!   record size.
 //! - 003: cipher throughput, time to first byte and request latency on a clean link and on a
@@ -181,6 +181,7 @@ pub fn cases(id: &str, quick: bool, scenario_dir: &Path) -> Result<Vec<Case>> {
                 "vless-tcp",
                 "vless-tls",
                 "vless-vision",
+                "vmess-tls",
                 "vmess-ws-tls",
                 "vmess-ws-tls-nginx",
                 "trojan-tls",

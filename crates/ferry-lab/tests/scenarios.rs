@@ -23,6 +23,7 @@ const MUST_SHIP: &[&str] = &[
     "ss-2022-blake3-aes-128-gcm",
     "ss-aes-128-cfb",
     "vmess-ws-tls-nginx",
+    "vmess-tls",
     "vless-reality",
     "vless-vision-reality",
     "ssr-ciphers-rc4-md5-auth_aes128_md5-tls",
