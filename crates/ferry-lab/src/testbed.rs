@@ -550,6 +550,16 @@ impl Testbed {
         let (root, v2) = cgroup_root()?;
         let dir = root.join(format!("{}-{node}", self.id));
         if !dir.exists() {
+            if v2 {
+                // cgroup v2 hands the cpu controller down one level at a time.
+                std::fs::create_dir_all(&root)
+                    .with_context(|| format!("creating {}", root.display()))?;
+                for level in [root.parent().unwrap_or(&root), root.as_path()] {
+                    let ctl = level.join("cgroup.subtree_control");
+                    std::fs::write(&ctl, "+cpu")
+                        .with_context(|| format!("enabling cpu in {}", ctl.display()))?;
+                }
+            }
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             self.caps.push(Cap { dir: dir.clone() });
         }

@@ -29,12 +29,20 @@ fn tmp(tag: &str) -> PathBuf {
     p
 }
 
+/// One testbed test at a time: they measure CPU and time, and two at once on a two-core machine
+/// would measure each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Which proxy runs in B and C.
 #[derive(Clone, Copy)]
 enum Proxy {
     /// dokodemo-door -> freedom in each.
     Relay,
-    /// Shadowsocks aes-128-gcm: the client in B, the server in C (CPU-bound).
+    /// Shadowsocks chacha20-ietf-poly1305: the client in B, the server in C (CPU-bound).
     Shadowsocks,
 }
 
@@ -61,13 +69,13 @@ fn configs(tb: &Testbed, p: Proxy) -> (String, String) {
             format!(
                 r#"{{"log": {{"loglevel": "warning"}}, "inbounds": [{}],
                    "outbounds": [{{"protocol": "shadowsocks", "settings": {{"servers": [
-                     {{"address": "{c}", "port": {SERVER}, "method": "aes-128-gcm", "password": "lab"}}]}}}}]}}"#,
+                     {{"address": "{c}", "port": {SERVER}, "method": "chacha20-ietf-poly1305", "password": "lab"}}]}}}}]}}"#,
                 dokodemo(b, ENTRY, d, RECEIVER)
             ),
             format!(
                 r#"{{"log": {{"loglevel": "warning"}},
                    "inbounds": [{{"listen": "{c}", "port": {SERVER}, "protocol": "shadowsocks",
-                     "settings": {{"method": "aes-128-gcm", "password": "lab", "network": "tcp"}}}}],
+                     "settings": {{"method": "chacha20-ietf-poly1305", "password": "lab", "network": "tcp"}}}}],
                    "outbounds": [{{"protocol": "freedom"}}]}}"#
             ),
         ),
@@ -201,6 +209,7 @@ fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn chain_carries_a_verified_transfer_from_a_to_d() {
+    let _serial = serial();
     let chain = Chain::start(&Spec::abcd(), Proxy::Relay, "relay");
     let id = chain.tb.id.clone();
     assert_eq!(chain.tb.namespaces().len(), 4);
@@ -225,19 +234,44 @@ fn chain_carries_a_verified_transfer_from_a_to_d() {
 
 #[test]
 fn cpu_cap_of_ten_percent_lowers_a_cpu_bound_chain() {
+    let _serial = serial();
     let mut chain = Chain::start(&Spec::abcd(), Proxy::Shadowsocks, "cap");
-    let free = chain.upload(256 << 20);
     let pid = chain.pid("client");
+    // The client's CPU time per second of wall time during one upload.
+    let upload = |c: &Chain, amount: u64| -> (f64, f64) {
+        let cpu = || {
+            c.procs
+                .usage_by_name()
+                .into_iter()
+                .find(|(n, _)| n == "client")
+                .map(|(_, u)| u.cpu_secs)
+                .unwrap()
+        };
+        let (c0, t0) = (cpu(), Instant::now());
+        let mb_s = c.upload(amount);
+        (mb_s, (cpu() - c0) / t0.elapsed().as_secs_f64())
+    };
+    let (free, free_cpu) = upload(&chain, 256 << 20);
     chain.tb.cap("b", pid, 10).unwrap();
-    // Long enough for many 100 ms periods of the cap.
-    let capped = chain.upload(64 << 20);
+    // Long enough for many 20 ms periods of the cap.
+    let (capped, capped_cpu) = upload(&chain, 48 << 20);
     let throttled = chain.tb.throttled("b").unwrap_or(0);
-    eprintln!("aes-128-gcm client in B: {free:.1} MB/s free, {capped:.1} MB/s at 10% ({throttled} throttled periods)");
+    eprintln!(
+        "chacha20 client in B: {free:.1} MB/s using {free_cpu:.2} CPU free, {capped:.1} MB/s \
+         using {capped_cpu:.2} CPU at 10% ({throttled} throttled periods)"
+    );
+    // The cap holds the client to about a tenth of a CPU (CPU time comes in 10 ms ticks)...
     assert!(
-        capped < free * 0.5,
-        "a 10% cap left {capped:.1} of {free:.1} MB/s"
+        capped_cpu < 0.16,
+        "the client used {capped_cpu:.2} CPU under a 10% cap"
     );
     assert!(throttled > 0, "the cap never throttled B");
+    // ...and the chain slows down with it, by about capped_cpu / free_cpu: 0.2-0.3 with the
+    // machine to itself, 0.6 when other work left the uncapped client 0.17 CPU.
+    assert!(
+        capped < free * 0.9,
+        "a 10% cap left {capped:.1} of {free:.1} MB/s (the client used {free_cpu:.2} CPU uncapped)"
+    );
     let id = chain.tb.id.clone();
     drop(chain);
     assert!(
@@ -249,6 +283,7 @@ fn cpu_cap_of_ten_percent_lowers_a_cpu_bound_chain() {
 
 #[test]
 fn impairment_hop_adds_its_delay() {
+    let _serial = serial();
     let mut spec = Spec::abcd();
     spec.link_after("b").impair = Some(Impair {
         delay: Duration::from_millis(20),
@@ -287,6 +322,7 @@ fn impairment_hop_adds_its_delay() {
 
 #[test]
 fn lossy_link_still_finishes_byte_exact() {
+    let _serial = serial();
     let mut spec = Spec::abcd();
     spec.link_after("b").impair = Some(Impair {
         delay: Duration::from_millis(1),
@@ -312,6 +348,7 @@ fn lossy_link_still_finishes_byte_exact() {
 
 #[test]
 fn failed_set_up_removes_what_it_built() {
+    let _serial = serial();
     // In a child process, so its names (which start with its PID) are told apart from the
     // other tests'.
     for steps in [0, 3, 7, 10, 11] {
@@ -387,6 +424,7 @@ fn signal(pid: u32, sig: &str) {
 
 #[test]
 fn killed_lab_leaves_nothing_behind() {
+    let _serial = serial();
     for sig in ["-KILL", "-INT"] {
         let (mut child, id, _, pid) = held_testbed();
         signal(child.id(), sig);
@@ -399,6 +437,7 @@ fn killed_lab_leaves_nothing_behind() {
 
 #[test]
 fn next_run_sweeps_what_a_killed_lab_and_watchdog_left() {
+    let _serial = serial();
     let (mut child, id, watchdog, pid) = held_testbed();
     signal(watchdog, "-KILL");
     signal(child.id(), "-KILL");
@@ -427,6 +466,7 @@ fn next_run_sweeps_what_a_killed_lab_and_watchdog_left() {
 /// every row says what the hop and the cap did.
 #[test]
 fn run_places_chains_on_the_testbed() {
+    let _serial = serial();
     let xray = runner::peers_dir().join("xray");
     assert!(
         xray.exists(),
@@ -499,6 +539,7 @@ fn run_places_chains_on_the_testbed() {
 /// with the table and one chart per scenario and record size.
 #[test]
 fn report_002_quick_writes_its_table_and_charts() {
+    let _serial = serial();
     let xray = runner::peers_dir().join("xray");
     assert!(
         xray.exists(),
