@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::impair::Impair;
 use crate::inner_tls::{InnerTls, TlsVersion};
 use crate::plan::{RunOpts, Test, TestbedPlan, ALL_IMPLS};
-use crate::results::{command_line, Row, Status};
+use crate::results::{command_line, median, Row, Status};
 use crate::scenario;
 
 /// The reports, with what each measures.
@@ -126,6 +126,27 @@ fn vision(scenario: &str) -> bool {
     scenario.contains("vision")
 }
 
+/// The Shadowsocks AEAD/2022 scenarios and the ShadowsocksR stream-cipher rows (the
+/// `ssr-ciphers` group without its AEAD rows, which run through Shadowsocks above): the cipher
+/// rows of 000 and 003.
+fn cipher_scenarios(scenario_dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "ss-aes-128-gcm",
+        "ss-aes-256-gcm",
+        "ss-chacha20-ietf-poly1305",
+        "ss-2022-blake3-aes-128-gcm",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(
+        scenario::expand(scenario_dir, &["ssr-ciphers".to_string()])
+            .into_iter()
+            .filter(|s| !s.contains("-aead-")),
+    );
+    v
+}
+
 /// The cases of report `id`.
 pub fn cases(id: &str, quick: bool, scenario_dir: &Path) -> Result<Vec<Case>> {
     let case = |label: String, scenario: &str, streams: &[usize], amount: u64| Case {
@@ -142,23 +163,12 @@ pub fn cases(id: &str, quick: bool, scenario_dir: &Path) -> Result<Vec<Case>> {
     let mut v = Vec::new();
     match id {
         "000" => {
-            let mut scns: Vec<String> = [
-                "vmess-aes-128-gcm",
-                "vmess-chacha20-poly1305",
-                "vmess-none",
-                "ss-aes-128-gcm",
-                "ss-aes-256-gcm",
-                "ss-chacha20-ietf-poly1305",
-                "ss-2022-blake3-aes-128-gcm",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            scns.extend(
-                scenario::expand(scenario_dir, &["ssr-ciphers".to_string()])
-                    .into_iter()
-                    .filter(|s| !s.contains("-aead-")),
-            );
+            let mut scns: Vec<String> =
+                ["vmess-aes-128-gcm", "vmess-chacha20-poly1305", "vmess-none"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+            scns.extend(cipher_scenarios(scenario_dir));
             let (streams, amount): (&[usize], u64) = if quick {
                 (&[1, 4], 128 * M)
             } else {
@@ -229,20 +239,7 @@ pub fn cases(id: &str, quick: bool, scenario_dir: &Path) -> Result<Vec<Case>> {
             }
         }
         "003" => {
-            let mut scns: Vec<String> = [
-                "ss-aes-128-gcm",
-                "ss-aes-256-gcm",
-                "ss-chacha20-ietf-poly1305",
-                "ss-2022-blake3-aes-128-gcm",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            scns.extend(
-                scenario::expand(scenario_dir, &["ssr-ciphers".to_string()])
-                    .into_iter()
-                    .filter(|s| !s.contains("-aead-")),
-            );
+            let scns = cipher_scenarios(scenario_dir);
             let lossy = Impair {
                 delay: Duration::from_millis(25),
                 loss_pct: 1.0,
@@ -483,19 +480,6 @@ fn human_secs(s: f64) -> String {
     }
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 /// The rows of one (case, impl, test, conns) cell: the median over runs, or the first
 /// non-ok status.
 fn cell<'a>(
@@ -534,10 +518,11 @@ fn fmt_cell(
     if let Some(b) = bad {
         return short(&b.status);
     }
-    match median(ok.iter().filter_map(|r| f(r)).collect()) {
-        Some(x) => format!("{x:.prec$}"),
-        None => "–".into(),
+    let v: Vec<f64> = ok.iter().filter_map(|r| f(r)).collect();
+    if v.is_empty() {
+        return "–".into();
     }
+    format!("{:.prec$}", median(v))
 }
 
 /// results.md: the command, then the report's table.

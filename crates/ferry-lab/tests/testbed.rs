@@ -461,22 +461,43 @@ fn next_run_sweeps_what_a_killed_lab_and_watchdog_left() {
     wait_for("the orphan's end", 5, || !ferry_lab::procs::alive(pid));
 }
 
-/// `ferry-lab run` on the testbed: Ferry and Xray chains with the server side capped and a lossy
-/// hop between client and server, loaded by loadgen and by iperf3 (client in A, server in D);
-/// every row says what the hop and the cap did.
-#[test]
-fn run_places_chains_on_the_testbed() {
-    let _serial = serial();
+/// Runs `ferry-lab ARGS --ferry-bin FERRY --out OUT` with Xray among the peers; returns
+/// stdout and stderr together, and results.json, after asserting that it succeeded.
+fn lab_run(args: &[&str], out: &std::path::Path) -> (String, serde_json::Value) {
     let xray = runner::peers_dir().join("xray");
     assert!(
         xray.exists(),
         "peer xray missing at {}: run scripts/peers.sh",
         xray.display()
     );
-    let out = tmp("run");
-    let ferry = ferry_bin();
     let o = Command::new(env!("CARGO_BIN_EXE_ferry-lab"))
-        .args([
+        .args(args)
+        .arg("--ferry-bin")
+        .arg(ferry_bin())
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    let v =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    (text, v)
+}
+
+/// `ferry-lab run` on the testbed: Ferry and Xray chains with the server side capped and a lossy
+/// hop between client and server, loaded by loadgen and by iperf3 (client in A, server in D);
+/// every row says what the hop and the cap did.
+#[test]
+fn run_places_chains_on_the_testbed() {
+    let _serial = serial();
+    let out = tmp("run");
+    let (text, v) = lab_run(
+        &[
             "run",
             "relay-chain",
             "ss-aes-128-gcm",
@@ -495,21 +516,9 @@ fn run_places_chains_on_the_testbed() {
             "--amount",
             "8M",
             "--no-charts",
-            "--ferry-bin",
-        ])
-        .arg(&ferry)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+        ],
+        &out,
     );
-    assert!(o.status.success(), "{text}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 8, "{text}");
     for r in rows {
@@ -540,15 +549,9 @@ fn run_places_chains_on_the_testbed() {
 #[test]
 fn report_002_quick_writes_its_table_and_charts() {
     let _serial = serial();
-    let xray = runner::peers_dir().join("xray");
-    assert!(
-        xray.exists(),
-        "peer xray missing at {}: run scripts/peers.sh",
-        xray.display()
-    );
     let out = tmp("report");
-    let o = Command::new(env!("CARGO_BIN_EXE_ferry-lab"))
-        .args([
+    let (text, v) = lab_run(
+        &[
             "report",
             "002",
             "--quick",
@@ -556,22 +559,10 @@ fn report_002_quick_writes_its_table_and_charts() {
             "ferry,xray",
             "--amount",
             "16M",
-            "--ferry-bin",
-        ])
-        .arg(ferry_bin())
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+        ],
+        &out,
     );
-    assert!(o.status.success(), "{text}");
     assert!(text.contains("8/8 cases in"), "no progress lines: {text}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(v["report"], "002");
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(
