@@ -4,10 +4,10 @@
 //! REALITY stream end in data, an error or end of stream, never a panic or a hang.
 #![no_main]
 use ferry::transport::reality::hello::ServerHello;
-use ferry::transport::reality::keys::{Suite, TrafficKey};
-use ferry::transport::reality::record;
+use ferry::transport::tls13::keys::{Suite, TrafficKey};
+use ferry::transport::tls13::record;
 use ferry::transport::reality::server::TargetFlight;
-use ferry::transport::reality::stream::{Direction, RealityStream};
+use ferry::transport::tls13::{Direction, Tls13Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -39,7 +39,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         for feed in [data.to_vec(), sealed] {
             let (a, mut b) = tokio::io::duplex(1 << 20);
             let s = Suite::Aes128Gcm;
-            let mut st = RealityStream::new(
+            let mut st = Tls13Stream::new(
                 Box::new(a),
                 &[],
                 s,

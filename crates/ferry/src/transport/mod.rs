@@ -18,6 +18,7 @@ pub mod read_ahead;
 pub mod reality;
 pub mod tcp;
 pub mod tls;
+pub mod tls13;
 pub mod upgrade;
 pub mod ws;
 pub mod xhttp;

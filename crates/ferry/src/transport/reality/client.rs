@@ -13,8 +13,9 @@ use super::hello::{self, ServerHello};
 use super::keys::{self, Schedule, Suite, TrafficKey, Transcript};
 use super::record;
 use super::stream::Direction;
-use super::{cert, ClientSettings, RealityStream, CLIENT_VERSION};
+use super::{cert, ClientSettings, CLIENT_VERSION};
 use crate::common::{Address, Destination};
+use crate::transport::tls13::Tls13Stream;
 use crate::transport::BoxStream;
 
 /// The client side of a REALITY outbound.
@@ -139,7 +140,7 @@ impl Client {
         &self,
         mut io: BoxStream,
         server: &Destination,
-    ) -> io::Result<RealityStream> {
+    ) -> io::Result<Tls13Stream> {
         let s = &self.settings;
         let sni = match (&s.server_name, &server.addr) {
             (Some(n), _) if n.parse::<std::net::IpAddr>().is_err() => Some(n.clone()),
@@ -175,7 +176,7 @@ impl Client {
             s.mldsa65_verify.as_deref(),
         )
         .await?;
-        Ok(RealityStream::new(
+        Ok(Tls13Stream::new(
             io,
             &h.held,
             h.suite,

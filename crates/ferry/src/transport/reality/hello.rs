@@ -10,8 +10,7 @@ pub const ENCRYPTED_EXTENSIONS: u8 = 8;
 pub const CERTIFICATE: u8 = 11;
 pub const CERTIFICATE_VERIFY: u8 = 15;
 pub const FINISHED: u8 = 20;
-pub const NEW_SESSION_TICKET: u8 = 4;
-pub const KEY_UPDATE: u8 = 24;
+pub use crate::transport::tls13::record::{message, KEY_UPDATE, NEW_SESSION_TICKET};
 
 /// Extension types.
 pub const EXT_SERVER_NAME: u16 = 0;
@@ -351,13 +350,6 @@ impl ServerHello {
             share,
         })
     }
-}
-
-/// Appends a handshake message header and body.
-pub fn message(ty: u8, body: &[u8], out: &mut Vec<u8>) {
-    out.push(ty);
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
-    out.extend_from_slice(body);
 }
 
 /// The private halves of the key shares a built ClientHello carries.

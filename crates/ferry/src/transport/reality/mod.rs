@@ -11,21 +11,22 @@
 //! client certificates, no 0-RTT) on aws-lc-rs primitives, with its own record layer:
 //! - [`hello`]: the ClientHello parser (server) and builder from browser templates (client),
 //! - [`fingerprint`]: the browser templates, as data,
-//! - [`keys`]: HKDF, the TLS 1.3 key schedule and the REALITY auth key,
-//! - [`record`]: record protection (seal/open in place, padding),
+//! - [`keys`]: the TLS 1.3 key schedule and the REALITY auth key,
 //! - [`cert`]: the temporary certificate and its HMAC signature,
 //! - [`client`] / [`server`]: the two handshakes,
-//! - [`stream`]: the connection after the handshake, an [`OuterTls`](super::tls::OuterTls)
-//!   that XTLS Vision can leave.
+//!
+//! and after the handshake the connection is Ferry's own TLS 1.3 record layer
+//! ([`super::tls13`]), as every TLS 1.3 connection is.
 
 pub mod cert;
 pub mod client;
 pub mod fingerprint;
 pub mod hello;
 pub mod keys;
-pub mod record;
 pub mod server;
-pub mod stream;
+
+pub use super::tls13::record;
+pub use super::tls13::stream;
 
 use std::io;
 use std::sync::Arc;
@@ -38,7 +39,6 @@ use crate::common::Destination;
 use crate::session::ConnInfo;
 
 pub use fingerprint::Fingerprint;
-pub use stream::RealityStream;
 
 /// Xray's version as a REALITY client claims it in the session id (the release whose
 /// fingerprint Ferry mirrors): servers since v26.7.11 refuse anything below 26.3.27 by default.

@@ -19,8 +19,9 @@ use super::hello::{self, ClientHello, ServerHello};
 use super::keys::{self, Schedule, Suite, TrafficKey, Transcript};
 use super::record;
 use super::stream::Direction;
-use super::{RealityStream, ServerSettings};
+use super::ServerSettings;
 use crate::session::ConnInfo;
+use crate::transport::tls13::Tls13Stream;
 use crate::transport::{BoxStream, Dialer, SocketDialer};
 
 /// Largest ClientHello the server waits for (Chrome's with ML-KEM is ~1.9 KB).
@@ -591,7 +592,7 @@ impl Server {
         self: Arc<Self>,
         mut client: BoxStream,
         info: &mut ConnInfo,
-    ) -> io::Result<RealityStream> {
+    ) -> io::Result<Tls13Stream> {
         // Start measuring the target's post-handshake records with the first connection.
         let _ = self.post_lengths("", 0);
         let s = &self.settings;
@@ -758,7 +759,7 @@ impl Server {
                 "separate"
             }
         );
-        Ok(RealityStream::new(
+        Ok(Tls13Stream::new(
             client,
             &rx[used..],
             answer.suite,

@@ -4,6 +4,7 @@
 //! refuse unknown names; the client verifies against the system roots, or by the SHA-256 pins
 //! of `pinnedPeerCertSha256`, or not at all (`allowInsecure`).
 
+mod capture;
 mod certs;
 mod stream;
 
@@ -25,7 +26,7 @@ use crate::session::ConnInfo;
 pub use certs::{
     generate_self_signed, CertError, CertSource, CertificateEntry, GeneratedCert, Usage,
 };
-pub use stream::{NotTls, TlsStream};
+pub use stream::{Handover, NotTls, TlsStream};
 
 /// What XTLS Vision needs of the TLS connection under it: to see the plaintext of one record
 /// at a time, and to stop speaking TLS in one direction knowing every byte the layer holds.
@@ -137,6 +138,9 @@ impl TlsSettings {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
         c.alpn_protocols = self.alpn_bytes();
+        // TLS 1.3 connections go on in Ferry's own record layer after the handshake.
+        c.key_log = Arc::new(capture::TrafficSecretLog);
+        c.enable_secret_extraction = true;
         if self.session_resumption {
             c.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;
         } else {
@@ -160,6 +164,10 @@ impl TlsSettings {
         c.alpn_protocols = self.alpn_bytes();
         if !self.session_resumption {
             c.resumption = rustls::client::Resumption::disabled();
+            // TLS 1.3 connections go on in Ferry's own record layer after the handshake (with
+            // resumption on they stay with rustls, which keeps the tickets the server sends).
+            c.key_log = Arc::new(capture::TrafficSecretLog);
+            c.enable_secret_extraction = true;
         }
         Ok(c)
     }
@@ -257,12 +265,29 @@ impl Layer for TlsLayer {
         info.alpn = c
             .alpn_protocol()
             .map(|a| Arc::from(String::from_utf8_lossy(a).as_ref()));
-        Ok(Box::new(s))
+        own_records(s)
     }
 
     async fn connect(&self, stream: BoxStream, server: &Destination) -> io::Result<BoxStream> {
-        Ok(Box::new(self.connect_tls(stream, server).await?))
+        own_records(self.connect_tls(stream, server).await?)
     }
+}
+
+/// A TLS 1.3 connection goes on in Ferry's own record layer; others stay with rustls.
+fn own_records<C, D>(s: TlsStream<C>) -> io::Result<BoxStream>
+where
+    C: Handover
+        + std::ops::DerefMut
+        + std::ops::Deref<Target = rustls::ConnectionCommon<D>>
+        + Send
+        + Unpin
+        + 'static,
+    D: rustls::SideData + 'static,
+{
+    Ok(match s.into_tls13()? {
+        Ok(own) => Box::new(own),
+        Err(s) => Box::new(s),
+    })
 }
 
 /// Client-side certificate check: pins, insecure, or the roots.

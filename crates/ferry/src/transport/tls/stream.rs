@@ -18,11 +18,17 @@ use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use rustls::{ConnectionCommon, SideData};
+use rustls::{
+    ClientConnection, ConnectionCommon, ConnectionTrafficSecrets, ExtractedSecrets,
+    ServerConnection, SideData,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::capture::{self, Secrets};
 use super::OuterTls;
 use crate::relay::pool;
+use crate::transport::tls13::keys::Suite;
+use crate::transport::tls13::{Direction, Tls13Stream};
 use crate::transport::{BoxStream, RawSocket, Stream};
 
 /// Size of the ciphertext buffer: several full records per read syscall.
@@ -49,7 +55,7 @@ pub struct TlsStream<C> {
     /// `io` handed its read side over: read its socket directly when readable.
     direct_read: bool,
     pub(super) conn: C,
-    rx: Option<Box<[u8]>>,
+    rx: Rx,
     /// `rx[..len]` holds data; `rx[..fed]` was given to rustls; records before `rec` are
     /// decrypted.
     len: usize,
@@ -65,6 +71,55 @@ pub struct TlsStream<C> {
     /// XTLS Vision dropped TLS: reads / writes go to `io` as they are.
     raw_read: bool,
     raw_write: bool,
+    /// The application traffic secrets rustls logged during the handshake (TLS 1.3).
+    secrets: Secrets,
+}
+
+/// The ciphertext buffer, given back to the pool when dropped.
+#[derive(Default)]
+struct Rx(Option<Box<[u8]>>);
+
+impl Deref for Rx {
+    type Target = Option<Box<[u8]>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Rx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Rx {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            pool::put(b);
+        }
+    }
+}
+
+/// A rustls connection that can give its TLS 1.3 traffic over ([`TlsStream::into_tls13`]).
+pub trait Handover {
+    /// The server side of the connection.
+    const SERVER: bool;
+    /// rustls's keys and record numbers after the handshake (consumes the connection).
+    fn extract(self) -> Result<ExtractedSecrets, rustls::Error>;
+}
+
+impl Handover for ServerConnection {
+    const SERVER: bool = true;
+    fn extract(self) -> Result<ExtractedSecrets, rustls::Error> {
+        self.dangerous_extract_secrets()
+    }
+}
+
+impl Handover for ClientConnection {
+    const SERVER: bool = false;
+    fn extract(self) -> Result<ExtractedSecrets, rustls::Error> {
+        self.dangerous_extract_secrets()
+    }
 }
 
 impl<C, D> TlsStream<C>
@@ -97,7 +152,7 @@ where
             io,
             direct_read,
             conn,
-            rx,
+            rx: Rx(rx),
             len,
             fed: 0,
             rec: 0,
@@ -107,6 +162,7 @@ where
             one_record: false,
             raw_read: false,
             raw_write: false,
+            secrets: Secrets::default(),
         }
     }
 
@@ -123,7 +179,7 @@ where
     /// Ciphertext read from the peer and not yet decrypted (a prefix of an incomplete record
     /// may also have been handed to rustls).
     pub fn ciphertext_held(&self) -> &[u8] {
-        match &self.rx {
+        match &*self.rx {
             Some(b) => &b[self.rec..self.len],
             None => &[],
         }
@@ -207,7 +263,12 @@ where
         }
         let n = self.conn.read_tls(&mut &rx[self.fed..end])?;
         self.fed += n;
-        if let Err(e) = self.conn.process_new_packets() {
+        let processed = match self.conn.is_handshaking() {
+            // The handshake's secrets are derived in here: keep the traffic secrets.
+            true => capture::capture(&mut self.secrets, || self.conn.process_new_packets()),
+            false => self.conn.process_new_packets(),
+        };
+        if let Err(e) = processed {
             // Best effort: tell the peer why (the alert rustls queued).
             let _ = self.poll_flush_tls(cx);
             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
@@ -232,7 +293,7 @@ where
 
     /// Reads more ciphertext from the network into `rx`; sets `eof` when the peer closed.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Some(b) = &mut self.rx {
+        if let Some(b) = &mut *self.rx {
             if self.len == b.len() {
                 // Full: move the undecrypted tail to the front.
                 b.copy_within(self.rec..self.len, 0);
@@ -318,12 +379,88 @@ where
     }
 }
 
-impl<C> Drop for TlsStream<C> {
-    fn drop(&mut self) {
-        if let Some(b) = self.rx.take() {
-            pool::put(b);
+impl<C, D> TlsStream<C>
+where
+    C: Handover + DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    /// After a TLS 1.3 handshake, gives the connection to Ferry's own record layer
+    /// ([`Tls13Stream`]): it decrypts in place and holds nothing but two keys while idle, where
+    /// rustls keeps its buffers and state for the life of the connection. The plaintext rustls
+    /// already decrypted and the ciphertext not yet processed go along, so no byte is lost or
+    /// repeated. `Ok(Err(self))` when the connection stays with rustls: TLS 1.2, records still
+    /// to send, the secrets not logged (a config without Ferry's key log).
+    pub fn into_tls13(mut self) -> io::Result<Result<Tls13Stream, Self>> {
+        if self.conn.is_handshaking()
+            || self.conn.protocol_version() != Some(rustls::ProtocolVersion::TLSv1_3)
+            || self.conn.wants_write()
+            || !self.secrets.complete()
+            || self.raw_read
+            || self.raw_write
+        {
+            return Ok(Err(self));
         }
+        let plain = self.take_plaintext()?;
+        let (client, server) = (
+            self.secrets.client.take().expect("complete"),
+            self.secrets.server.take().expect("complete"),
+        );
+        let TlsStream {
+            io,
+            direct_read,
+            conn,
+            mut rx,
+            len,
+            rec,
+            eof,
+            ..
+        } = self;
+        let ex = conn.extract().map_err(io::Error::other)?;
+        let (read, write) = match C::SERVER {
+            true => (client, server),
+            false => (server, client),
+        };
+        let read = handover_key(read, ex.rx)?;
+        let write = handover_key(write, ex.tx)?;
+        let suite = read.0;
+        Ok(Ok(Tls13Stream::after_handshake(
+            io,
+            direct_read,
+            eof,
+            rx.take(),
+            rec..len,
+            &plain,
+            suite,
+            read.1,
+            write.1,
+        )))
     }
+}
+
+/// One direction's key for [`Tls13Stream`] from the logged `secret`, checked against what
+/// rustls extracted and starting at rustls's record number.
+fn handover_key(
+    secret: Vec<u8>,
+    (seq, ex): (u64, ConnectionTrafficSecrets),
+) -> io::Result<(Suite, Direction)> {
+    let (suite, iv) = match &ex {
+        ConnectionTrafficSecrets::Aes128Gcm { iv, .. } => (Suite::Aes128Gcm, iv),
+        ConnectionTrafficSecrets::Aes256Gcm { iv, .. } => (Suite::Aes256Gcm, iv),
+        ConnectionTrafficSecrets::Chacha20Poly1305 { iv, .. } => (Suite::Chacha20Poly1305, iv),
+        _ => {
+            return Err(io::Error::other(
+                "TLS: a cipher suite Ferry's record layer lacks",
+            ))
+        }
+    };
+    let mut d = Direction::new(suite, secret);
+    if d.key.iv()[..] != *iv.as_ref() {
+        return Err(io::Error::other(
+            "TLS: the logged traffic secret does not match rustls's keys",
+        ));
+    }
+    d.key.set_seq(seq);
+    Ok((suite, d))
 }
 
 /// `io::Write` over an `AsyncWrite` for rustls's `write_tls`: `Pending` becomes `WouldBlock`.
@@ -582,7 +719,15 @@ mod tests {
     /// A server `TlsStream` over a pipe whose other end the test drives with a bare rustls
     /// client, so it sees every ciphertext byte.
     async fn handshaken() -> (TlsStream<ServerConnection>, ClientConnection, DuplexStream) {
-        let (s, c) = settings();
+        handshaken_with(settings(), None).await
+    }
+
+    /// As [`handshaken`], with given settings; `with_finished` goes out as application data in
+    /// the same write as the client's Finished.
+    async fn handshaken_with(
+        (s, c): (TlsSettings, TlsSettings),
+        with_finished: Option<&[u8]>,
+    ) -> (TlsStream<ServerConnection>, ClientConnection, DuplexStream) {
         let (ours, mut theirs) = tokio::io::duplex(1 << 20);
         let conn = ServerConnection::new(Arc::new(s.server_config().unwrap())).unwrap();
         let server = tokio::spawn(async move {
@@ -593,10 +738,18 @@ mod tests {
         let name = rustls::pki_types::ServerName::try_from("t.test").unwrap();
         let mut client = ClientConnection::new(Arc::new(c.client_config().unwrap()), name).unwrap();
         let mut buf = vec![0u8; 1 << 16];
+        let mut extra = with_finished;
         loop {
+            if !client.is_handshaking() {
+                if let Some(data) = extra.take() {
+                    client.writer().write_all(data).unwrap();
+                }
+            }
+            let mut out = Vec::new();
             while client.wants_write() {
-                let mut out = Vec::new();
                 client.write_tls(&mut out).unwrap();
+            }
+            if !out.is_empty() {
                 theirs.write_all(&out).await.unwrap();
             }
             if !client.is_handshaking() {
@@ -676,5 +829,110 @@ mod tests {
         wire.write_all(&bad).await.unwrap();
         let mut b = [0u8; 16];
         assert!(server.read(&mut b).await.is_err());
+    }
+
+    /// Decrypts what the server wrote until `n` plaintext bytes came.
+    async fn client_reads(
+        client: &mut ClientConnection,
+        wire: &mut DuplexStream,
+        n: usize,
+    ) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while got.len() < n {
+            let k = wire.read(&mut buf).await.unwrap();
+            assert!(k > 0, "server closed after {} bytes", got.len());
+            let mut left = &buf[..k];
+            while !left.is_empty() {
+                client.read_tls(&mut left).unwrap();
+                client.process_new_packets().unwrap();
+                let _ = client.reader().read_to_end(&mut got);
+            }
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn tls13_goes_on_in_ferrys_record_layer_with_nothing_lost() {
+        let (server, mut client, mut wire) =
+            handshaken_with(settings(), Some(b"sent with Finished")).await;
+        // The first data came in the same read as the Finished: rustls decrypted it already.
+        let mut own = match server.into_tls13().unwrap() {
+            Ok(own) => own,
+            Err(_) => panic!("a TLS 1.3 connection stayed with rustls"),
+        };
+        let mut b = vec![0u8; 18];
+        own.read_exact(&mut b).await.unwrap();
+        assert_eq!(b, b"sent with Finished");
+        // Both ways, records of every size.
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 31) as u8).collect();
+        for chunk in data.chunks(20_000) {
+            let rec = record(&mut client, chunk);
+            wire.write_all(&rec).await.unwrap();
+        }
+        let mut got = vec![0u8; data.len()];
+        own.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, data);
+        own.write_all(&data).await.unwrap();
+        own.flush().await.unwrap();
+        assert_eq!(client_reads(&mut client, &mut wire, data.len()).await, data);
+        // A KeyUpdate from rustls is followed (and answered before our next record).
+        client.refresh_traffic_keys().unwrap();
+        let rec = record(&mut client, b"after the update");
+        wire.write_all(&rec).await.unwrap();
+        let mut b = vec![0u8; 16];
+        own.read_exact(&mut b).await.unwrap();
+        assert_eq!(b, b"after the update");
+        own.write_all(b"reply").await.unwrap();
+        own.flush().await.unwrap();
+        assert_eq!(client_reads(&mut client, &mut wire, 5).await, b"reply");
+        // close_notify ends the stream; ours reaches rustls.
+        client.send_close_notify();
+        let mut out = Vec::new();
+        client.write_tls(&mut out).unwrap();
+        wire.write_all(&out).await.unwrap();
+        let mut rest = Vec::new();
+        own.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        own.shutdown().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let k = wire.read(&mut buf).await.unwrap();
+        client.read_tls(&mut &buf[..k]).unwrap();
+        let st = client.process_new_packets().unwrap();
+        assert!(st.peer_has_closed());
+    }
+
+    #[tokio::test]
+    async fn a_record_split_at_the_handover_is_read_whole() {
+        let (mut server, mut client, mut wire) = handshaken().await;
+        // Half a record arrives and is handed to rustls before the switch.
+        let rec = record(&mut client, &[9u8; 3000]);
+        wire.write_all(&rec[..1000]).await.unwrap();
+        let mut b = [0u8; 1];
+        let r = tokio::time::timeout(std::time::Duration::from_millis(50), server.read(&mut b));
+        assert!(r.await.is_err(), "half a record yielded plaintext");
+        let mut own = match server.into_tls13().unwrap() {
+            Ok(own) => own,
+            Err(_) => panic!("stayed with rustls"),
+        };
+        wire.write_all(&rec[1000..]).await.unwrap();
+        let mut got = vec![0u8; 3000];
+        own.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, vec![9u8; 3000]);
+    }
+
+    #[tokio::test]
+    async fn tls12_and_resumption_clients_stay_with_rustls() {
+        let (mut s, c) = settings();
+        s.max_version = Some(crate::transport::tls::Version::Tls12);
+        let (server, _client, _wire) = handshaken_with((s, c), None).await;
+        assert!(server.into_tls13().unwrap().is_err());
+        let (_, mut c) = settings();
+        c.session_resumption = true;
+        assert!(!c
+            .client_config()
+            .unwrap()
+            .key_log
+            .will_log("CLIENT_TRAFFIC_SECRET_0"));
     }
 }

@@ -17,6 +17,17 @@ pub const ALERT: u8 = 21;
 pub const HANDSHAKE: u8 = 22;
 pub const APPLICATION_DATA: u8 = 23;
 
+/// Handshake message types that follow a TLS 1.3 handshake.
+pub const NEW_SESSION_TICKET: u8 = 4;
+pub const KEY_UPDATE: u8 = 24;
+
+/// Appends a handshake message: type, 24-bit length, body.
+pub fn message(ty: u8, body: &[u8], out: &mut Vec<u8>) {
+    out.push(ty);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+    out.extend_from_slice(body);
+}
+
 /// The header of the record at the start of `buf`: (type, body length), if 5 bytes are there.
 pub fn header(buf: &[u8]) -> Option<(u8, usize)> {
     let h = buf.get(..HEADER)?;
@@ -72,7 +83,7 @@ pub fn open(key: &mut TrafficKey, rec: &mut [u8]) -> Result<(u8, Range<usize>), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::reality::keys::Suite;
+    use crate::transport::tls13::keys::Suite;
 
     #[test]
     fn a_sealed_record_opens_with_its_type_and_padding_gone() {

@@ -10,7 +10,6 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::hello;
 use super::keys::{Suite, TrafficKey};
 use super::record::{self, HEADER, MAX_PLAIN, TAG};
 use crate::relay::pool;
@@ -21,6 +20,10 @@ use crate::transport::{poll_write_all, BoxStream, RawSocket, Stream};
 const RX_SIZE: usize = 64 * 1024;
 /// Plaintext sealed per write call at most (four full records).
 const WRITE_CHUNK: usize = 4 * MAX_PLAIN;
+/// Records sealed with one key before it is replaced by a KeyUpdate: RFC 8446 §5.5 allows
+/// 2^24.5 full records under AES-GCM; rustls and Go update at 2^24 too (ChaCha20 has no
+/// practical limit, one rule for all keeps it simple).
+const KEY_LIMIT: u64 = 1 << 24;
 
 /// One direction's key and the secret it came from (for KeyUpdate).
 pub struct Direction {
@@ -44,8 +47,8 @@ impl Direction {
     }
 }
 
-/// A TLS 1.3 connection of REALITY's own engine.
-pub struct RealityStream {
+/// A TLS 1.3 connection after its handshake (REALITY's or rustls's).
+pub struct Tls13Stream {
     io: BoxStream,
     /// `io` handed its read side over: read its socket directly when readable.
     direct_read: bool,
@@ -71,7 +74,7 @@ pub struct RealityStream {
     raw_write: bool,
 }
 
-impl RealityStream {
+impl Tls13Stream {
     /// The connection over `io` after a handshake that left `held` (ciphertext already read).
     pub fn new(
         mut io: BoxStream,
@@ -100,16 +103,29 @@ impl RealityStream {
             b[..pre.len()].copy_from_slice(&pre);
             (Some(b), pre.len())
         };
-        RealityStream {
+        let mut s = Tls13Stream::bare(io, direct_read, suite, read, write);
+        s.rx = rx;
+        s.len = len;
+        s
+    }
+
+    fn bare(
+        io: BoxStream,
+        direct_read: bool,
+        suite: Suite,
+        read: Direction,
+        write: Direction,
+    ) -> Self {
+        Tls13Stream {
             io,
             direct_read,
             suite,
             read,
             write,
-            rx,
+            rx: None,
             plain: 0..0,
             start: 0,
-            len,
+            len: 0,
             tx: Vec::new(),
             tx_pos: 0,
             eof: false,
@@ -120,6 +136,55 @@ impl RealityStream {
             raw_read: false,
             raw_write: false,
         }
+    }
+
+    /// The connection over `io` after a handshake another engine (rustls) ran over it: `rx`
+    /// (a pooled buffer, taken over) holds in `cipher` the ciphertext read and not yet
+    /// decrypted; `plain` was decrypted and not yet read; `direct_read` says whether `io`
+    /// already handed its read side over; `eof` whether the peer closed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn after_handshake(
+        io: BoxStream,
+        direct_read: bool,
+        eof: bool,
+        rx: Option<Box<[u8]>>,
+        cipher: Range<usize>,
+        plain: &[u8],
+        suite: Suite,
+        read: Direction,
+        write: Direction,
+    ) -> Self {
+        let (rx, plain_at, start, len) = match rx {
+            Some(b) if cipher.start >= plain.len() => {
+                let mut b = b;
+                let p = cipher.start - plain.len();
+                b[p..cipher.start].copy_from_slice(plain);
+                (Some(b), p..cipher.start, cipher.start, cipher.end)
+            }
+            Some(b) => {
+                let c = cipher.len();
+                let mut n = pool::take(RX_SIZE.max(plain.len() + c));
+                n[..plain.len()].copy_from_slice(plain);
+                n[plain.len()..plain.len() + c].copy_from_slice(&b[cipher]);
+                pool::put(b);
+                let p = plain.len();
+                (Some(n), 0..p, p, p + c)
+            }
+            None if !plain.is_empty() => {
+                let mut n = pool::take(RX_SIZE.max(plain.len()));
+                n[..plain.len()].copy_from_slice(plain);
+                let p = plain.len();
+                (Some(n), 0..p, p, p)
+            }
+            None => (None, 0..0, 0, 0),
+        };
+        let mut s = Tls13Stream::bare(io, direct_read, suite, read, write);
+        s.eof = eof;
+        s.rx = rx;
+        s.plain = plain_at;
+        s.start = start;
+        s.len = len;
+        s
     }
 
     /// The stream under TLS.
@@ -189,8 +254,8 @@ impl RealityStream {
                 return Err(invalid("handshake message split across records"));
             }
             match m[0] {
-                hello::NEW_SESSION_TICKET => {}
-                hello::KEY_UPDATE if len == 5 => {
+                record::NEW_SESSION_TICKET => {}
+                record::KEY_UPDATE if len == 5 => {
                     self.read.update(self.suite);
                     if m[4] == 1 {
                         self.update_owed = true;
@@ -265,10 +330,17 @@ impl RealityStream {
 
     /// Seals `bufs` (up to [`WRITE_CHUNK`] bytes) into records in `tx`; returns how much.
     fn seal(&mut self, bufs: &[io::IoSlice<'_>]) -> usize {
+        if self.write.key.seq() + (WRITE_CHUNK / MAX_PLAIN) as u64 + 1 >= KEY_LIMIT {
+            // Our key is near its limit: move it on (update_requested = 0, as rustls does).
+            let mut m = Vec::new();
+            record::message(record::KEY_UPDATE, &[0], &mut m);
+            record::seal(&mut self.write.key, record::HANDSHAKE, &m, 0, &mut self.tx);
+            self.write.update(self.suite);
+        }
         if self.update_owed {
             self.update_owed = false;
             let mut m = Vec::new();
-            hello::message(hello::KEY_UPDATE, &[0], &mut m);
+            record::message(record::KEY_UPDATE, &[0], &mut m);
             record::seal(&mut self.write.key, record::HANDSHAKE, &m, 0, &mut self.tx);
             self.write.update(self.suite);
         }
@@ -331,10 +403,10 @@ impl RealityStream {
 }
 
 fn invalid(msg: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("REALITY: {msg}"))
+    io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {msg}"))
 }
 
-impl Drop for RealityStream {
+impl Drop for Tls13Stream {
     fn drop(&mut self) {
         if let Some(b) = self.rx.take() {
             pool::put(b);
@@ -342,7 +414,7 @@ impl Drop for RealityStream {
     }
 }
 
-impl AsyncRead for RealityStream {
+impl AsyncRead for Tls13Stream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -381,7 +453,7 @@ impl AsyncRead for RealityStream {
                 if me.start < me.len {
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        "REALITY: peer closed in the middle of a TLS record",
+                        "TLS: peer closed in the middle of a TLS record",
                     )));
                 }
                 return Poll::Ready(Ok(()));
@@ -397,7 +469,7 @@ impl AsyncRead for RealityStream {
     }
 }
 
-impl AsyncWrite for RealityStream {
+impl AsyncWrite for Tls13Stream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -450,7 +522,7 @@ impl AsyncWrite for RealityStream {
     }
 }
 
-impl Stream for RealityStream {
+impl Stream for Tls13Stream {
     fn socket(&self) -> Option<RawSocket<'_>> {
         self.io.socket()
     }
@@ -459,7 +531,7 @@ impl Stream for RealityStream {
     }
 }
 
-impl OuterTls for RealityStream {
+impl OuterTls for Tls13Stream {
     fn is_tls13(&self) -> bool {
         true
     }
@@ -499,19 +571,19 @@ mod tests {
 
     use super::*;
 
-    fn pair() -> (RealityStream, RealityStream) {
+    fn pair() -> (Tls13Stream, Tls13Stream) {
         let (a, b) = tokio::io::duplex(1 << 20);
         let s = Suite::Aes128Gcm;
         let c2s = vec![1u8; 32];
         let s2c = vec![2u8; 32];
-        let client = RealityStream::new(
+        let client = Tls13Stream::new(
             Box::new(a),
             &[],
             s,
             Direction::new(s, s2c.clone()),
             Direction::new(s, c2s.clone()),
         );
-        let server = RealityStream::new(
+        let server = Tls13Stream::new(
             Box::new(b),
             &[],
             s,
@@ -571,7 +643,7 @@ mod tests {
         let (mut c, mut s) = pair();
         // The client asks for an update (update_requested = 1) and moves its own key on.
         let mut m = Vec::new();
-        hello::message(hello::KEY_UPDATE, &[1], &mut m);
+        record::message(record::KEY_UPDATE, &[1], &mut m);
         record::seal(&mut c.write.key, record::HANDSHAKE, &m, 0, &mut c.tx);
         c.write.update(Suite::Aes128Gcm);
         c.write_all(b"after update").await.unwrap();
