@@ -338,7 +338,7 @@ struct Case {
     /// way.
     deliberate: &'static [&'static str],
     ferry_inbound: String,
-    /// Whether Ferry's inbound counts its rejections (VLESS and Trojan do not yet).
+    /// Whether Ferry's inbound counts its rejections (checked on its metrics endpoint).
     counts_rejections: bool,
     /// Starts the reference server on a port.
     reference: Box<dyn Fn(u16) -> Proc>,
@@ -894,7 +894,7 @@ fn vless_as_xray() {
         truncs: &[1, 16, 17, 18, 21, 26, 30, usize::MAX],
         flips: &[0, 1, 16, 17, 18, 30, usize::MAX],
         deliberate: &[],
-        counts_rejections: false,
+        counts_rejections: true,
         ferry_inbound: inbound,
         reference: Box::new(|p| {
             xray_server(
@@ -926,7 +926,7 @@ fn trojan_as_xray() {
         truncs: &[1, 30, 56, 58, 60, 66, 68, 80, usize::MAX],
         flips: &[0, 30, 55, 56, 57, 58, 59, 66, 67, 80, usize::MAX],
         deliberate: &[],
-        counts_rejections: false,
+        counts_rejections: true,
         ferry_inbound: format!(
             r#""protocol":"trojan","settings":{{"clients":[{{"password":"{PASSWORD}"}}]}}"#
         ),
