@@ -187,6 +187,82 @@ fn sniffed_tls_and_http_route_and_reach_the_server_byte_exact() {
     assert_eq!(other.got.lock().unwrap()[0], PLAIN.to_vec());
 }
 
+/// `domainsExcluded` (routing.md §3.1, a domain-rule list as Xray reads it since v26.4.13:
+/// `full:`, `regexp:`, `geosite:`, a plain string as a substring): a sniffed domain on the list
+/// does not replace the destination, so the connection is routed by, and goes on to, the
+/// address the client asked for; a domain not on it does replace it. The sniffed protocol
+/// still routes an excluded connection (§3.2 step 4), and the sniffed bytes reach the sink
+/// untouched.
+#[test]
+fn sniffing_domains_excluded_keeps_the_asked_destination() {
+    let dir = tempdir::Dir::new("sniff-excluded");
+    write_geodata(dir.path());
+    let (named, asked, proto) = (sink("named"), sink("asked"), sink("proto"));
+    let (p1, p2) = (free_port(), free_port());
+    let sniff = r#","sniffing":{"enabled":true,"destOverride":["http","tls"],
+        "domainsExcluded":["full:skip.example.com","nosniff","regexp:^re[0-9]\\.example\\.com$",
+                           "geosite:google"]}"#;
+    let cfg = format!(
+        r#"{{"inbounds":[{},{}],
+            "outbounds":[{{"tag":"direct","protocol":"freedom"}},{},{}],
+            "routing":{{"rules":[
+              {{"inboundTag":["proto-in"],"protocol":["tls"],"outboundTag":"proto"}},
+              {{"domain":["domain:example.com","domain:google.com"],"outboundTag":"named"}}
+            ]}}}}"#,
+        socks_in(p1, sniff),
+        socks_in(p2, sniff).replace(r#""tag":"in""#, r#""tag":"proto-in""#),
+        to_sink("named", named.port),
+        to_sink("proto", proto.port),
+    );
+    let f = ferry_with_assets(&cfg, dir.path(), &[p1, p2]);
+    // The client asks for the "asked" sink's own address: plain freedom dials it unless a
+    // sniffed domain replaced it (then the domain rule sends it to "named").
+    let tls = |sni: &str| {
+        socks_line(p1, "127.0.0.1", "127.0.0.1", asked.port, &client_hello(sni))
+            .unwrap_or_else(|e| panic!("{sni}: {e}\n{}", f.output()))
+    };
+    for (sni, want) in [
+        ("www.example.com", "named"),
+        ("skip.example.com", "asked"),
+        // full: is exact.
+        ("a.skip.example.com", "named"),
+        // A plain string is a substring.
+        ("x.nosniff.example.com", "asked"),
+        ("re7.example.com", "asked"),
+        ("rex.example.com", "named"),
+        // geosite:google lists domain:google.com.
+        ("www.google.com", "asked"),
+        ("google.com.example.com", "named"),
+    ] {
+        assert_eq!(tls(sni), want, "TLS SNI {sni}\n{}", f.output());
+    }
+    let http = |host: &str| {
+        let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n\r\n");
+        socks_line(p1, "127.0.0.1", "127.0.0.1", asked.port, req.as_bytes()).unwrap()
+    };
+    assert_eq!(http("skip.example.com"), "asked", "{}", f.output());
+    assert_eq!(http("www.example.com"), "named", "{}", f.output());
+    // Excluded from the override, the sniffed protocol still matches a `protocol` rule.
+    let ch = client_hello("skip.example.com");
+    let got = socks_line(p2, "127.0.0.1", "127.0.0.1", asked.port, &ch).unwrap();
+    assert_eq!(got, "proto", "{}", f.output());
+    // Every excluded ClientHello reached the asked sink byte for byte.
+    std::thread::sleep(Duration::from_millis(300));
+    let got = asked.got.lock().unwrap();
+    for sni in [
+        "skip.example.com",
+        "x.nosniff.example.com",
+        "re7.example.com",
+        "www.google.com",
+    ] {
+        assert!(
+            got.contains(&client_hello(sni)),
+            "{sni}: the asked sink did not get the ClientHello untouched"
+        );
+    }
+    assert_eq!(got.len(), 5, "TLS x4 and HTTP x1 went to the asked address");
+}
+
 #[test]
 fn sniffed_quic_routes_a_socks_udp_session() {
     let (a, b) = (udp_sink("a"), udp_sink("b"));

@@ -610,15 +610,10 @@ impl Serve {
                     stream
                 } else {
                     let limit = me.dispatcher.handshake_timeout();
-                    let accepted =
-                        tokio::time::timeout(limit, me.acceptor.accept(stream, &mut ctx.info))
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(std::io::Error::new(
-                                    std::io::ErrorKind::TimedOut,
-                                    format!("handshake not done within {limit:?}"),
-                                ))
-                            });
+                    let accepted = me
+                        .acceptor
+                        .accept_within(stream, &mut ctx.info, limit)
+                        .await;
                     match accepted {
                         Ok(s) => s,
                         Err(e) => {

@@ -19,6 +19,12 @@ pub trait Layer: Send + Sync + 'static {
     async fn accept(&self, stream: BoxStream, info: &mut ConnInfo) -> io::Result<BoxStream>;
     /// Client side: wraps a dialed stream to `server`.
     async fn connect(&self, stream: BoxStream, server: &Destination) -> io::Result<BoxStream>;
+    /// Whether the server side's accept ends when its peers decide, outside the inbound's
+    /// handshake timeout: REALITY, whose strangers the target website times as it would
+    /// time them itself (Xray sets no deadline of its own there either).
+    fn times_itself(&self) -> bool {
+        false
+    }
 }
 
 /// `streamSettings.network`.
@@ -285,6 +291,34 @@ impl Acceptor {
     pub async fn accept(&self, mut s: BoxStream, info: &mut ConnInfo) -> io::Result<BoxStream> {
         for l in &self.layers {
             s = l.accept(s, info).await?;
+        }
+        Ok(s)
+    }
+
+    /// [`Acceptor::accept`] within the handshake timeout `limit`, but for the layers that
+    /// time themselves ([`Layer::times_itself`]); the layers after one of those get `limit`
+    /// anew.
+    pub async fn accept_within(
+        &self,
+        mut s: BoxStream,
+        info: &mut ConnInfo,
+        limit: std::time::Duration,
+    ) -> io::Result<BoxStream> {
+        let mut deadline = tokio::time::Instant::now() + limit;
+        for l in &self.layers {
+            if l.times_itself() {
+                s = l.accept(s, info).await?;
+                deadline = tokio::time::Instant::now() + limit;
+                continue;
+            }
+            s = tokio::time::timeout_at(deadline, l.accept(s, info))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("handshake not done within {limit:?}"),
+                    ))
+                })?;
         }
         Ok(s)
     }

@@ -142,8 +142,24 @@ impl Layer for RealityLayer {
             .server
             .as_ref()
             .ok_or_else(|| io::Error::other("REALITY layer has no server side"))?;
-        let conn = s.clone().accept(stream, info).await?;
+        // No handshake timeout: the target ends what it would end (server.rs); this only
+        // bounds a target that never does.
+        let conn = tokio::time::timeout(server::ACCEPT_CAP, s.clone().accept(stream, info))
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "REALITY: neither the client nor the target ended the handshake within {:?}",
+                        server::ACCEPT_CAP
+                    ),
+                )
+            })??;
         Ok(Box::new(conn))
+    }
+
+    fn times_itself(&self) -> bool {
+        self.server.is_some()
     }
 
     async fn connect(&self, stream: BoxStream, server: &Destination) -> io::Result<BoxStream> {

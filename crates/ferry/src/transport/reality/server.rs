@@ -30,6 +30,11 @@ const MAX_HELLO: usize = 16 * 1024;
 const MAX_FLIGHT: usize = 8192;
 /// An encrypted record of the target longer than this is the whole flight in one record.
 const COMBINED: usize = 512;
+/// The longest an accept may take. There is no handshake timeout: as with Xray, the target
+/// ends a stranger's connection when it would end it (a silent or cut ClientHello, a
+/// handshake left unfinished), and the prober sees the target's timing; this only bounds a
+/// target that never ends anything.
+pub const ACCEPT_CAP: Duration = Duration::from_secs(300);
 
 /// The server side of a REALITY inbound.
 pub struct Server {
@@ -607,11 +612,34 @@ impl Server {
             let h = crate::transport::proxy_protocol::encode(s.xver, &info.source, &info.local);
             target.write_all(&h).await?;
         }
-        // Mirror the client's first flight to the target until the ClientHello is whole.
+        // Mirror the client's first flight to the target until the ClientHello is whole. A
+        // target that answers or closes before that (it saw garbage, or waited long enough)
+        // has the client from then on, as with Xray.
         let mut c2s = Vec::with_capacity(2048);
         let mut buf = vec![0u8; 4096];
+        let mut early = vec![0u8; 4096];
         let parsed = loop {
-            let n = client.read(&mut buf).await?;
+            let n = tokio::select! {
+                r = client.read(&mut buf) => r?,
+                r = target.read(&mut early) => {
+                    let s2c = match r {
+                        Ok(n) => early[..n].to_vec(),
+                        Err(_) => Vec::new(),
+                    };
+                    let what = if s2c.is_empty() { "closed" } else { "answered" };
+                    self.splice_to_target(client, target, s2c);
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        Probe {
+                            reason: "incomplete",
+                            detail: format!(
+                                "the target {what} after {} bytes, before a whole ClientHello",
+                                c2s.len()
+                            ),
+                        },
+                    ));
+                }
+            };
             if n == 0 {
                 // Gone before a whole hello: the target sees the same end.
                 let _ = target.shutdown().await;
@@ -690,13 +718,15 @@ impl Server {
                 return Err(closed("target closed during its handshake".into()));
             }
         };
-        drop(target);
         let answer = respond(&ch, &auth, &flight, &self.cert)
             .map_err(|e| closed(format!("cannot imitate the target: {e:?}")))?;
         client.write_all(&answer.bytes).await?;
         client.flush().await?;
 
-        // The client's (optional) ChangeCipherSpec and Finished.
+        // The client's (optional) ChangeCipherSpec and Finished, for as long as the target
+        // keeps its own handshake open (Xray closes the client when the target closes; a
+        // target that sends more is no longer watched).
+        let mut watch = true;
         let mut rx = after_hello;
         let mut ckey = TrafficKey::new(answer.suite, &answer.schedule.client_hs);
         let (fin, used) = loop {
@@ -718,12 +748,34 @@ impl Server {
             }
             let at = rx.len();
             rx.resize(at + 1024, 0);
-            let n = client.read(&mut rx[at..]).await?;
+            let n = if watch {
+                tokio::select! {
+                    r = client.read(&mut rx[at..]) => r?,
+                    r = target.read(&mut early) => {
+                        rx.truncate(at);
+                        match r {
+                            Ok(n) if n > 0 => {
+                                watch = false;
+                                continue;
+                            }
+                            _ => {
+                                return Err(closed(
+                                    "the target ended its handshake before the client's Finished"
+                                        .into(),
+                                ))
+                            }
+                        }
+                    }
+                }
+            } else {
+                client.read(&mut rx[at..]).await?
+            };
             rx.truncate(at + n);
             if n == 0 {
                 return Err(closed("client closed before its Finished".into()));
             }
         };
+        drop(target);
         let th = answer.transcript.current();
         let want = answer.schedule.finished(&answer.schedule.client_hs, &th);
         let mut expected = Vec::new();
