@@ -510,3 +510,153 @@ fn xray_api_routing_rules() {
         "refused rules are not added: {l}"
     );
 }
+
+/// Which greeting server a connection through `port` reaches (its first byte), or "closed".
+fn reached(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return "refused".into();
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(b"x");
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(1) => String::from_utf8_lossy(&b).into_owned(),
+        _ => "closed".into(),
+    }
+}
+
+/// Balancers through `xray api bi` / `bo`, the same scenario against Xray and against Ferry
+/// with the same config: the balancer's candidates and override as GetBalancerInfo reports
+/// them, traffic following an override (inside the selector, outside it, to a tag no outbound
+/// has: the connection closes), the override surviving RemoveRule, cleared with `-r`, and
+/// Xray's "cannot find tag" for an unknown balancer. The `bi -json` answers of both must be
+/// the same.
+#[test]
+fn xray_api_balancer_info_and_override() {
+    let (a, b, d) = (
+        echo_server_greeting(b"A"),
+        echo_server_greeting(b"B"),
+        echo_server_greeting(b"D"),
+    );
+    let freedom = |tag: &str, to: std::net::SocketAddr| {
+        json!({"tag": tag, "protocol": "freedom", "settings": {"redirect": to.to_string(),
+               "finalRules": [{"action": "allow", "ip": ["127.0.0.0/8"]}]}})
+    };
+    let config = |api: u16, port: u16| {
+        json!({
+            "log": {"loglevel": "warning"},
+            "api": {"tag": "api", "listen": format!("127.0.0.1:{api}"), "services": ["RoutingService"]},
+            "inbounds": [{"tag": "in", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
+                          "settings": {"address": "127.0.0.1", "port": 9}}],
+            "outbounds": [freedom("direct", d), freedom("proxy-b", b), freedom("proxy-a", a)],
+            "routing": {
+                "rules": [{"inboundTag": ["in"], "balancerTag": "rr"},
+                          {"inboundTag": ["none"], "outboundTag": "direct", "ruleTag": "other"}],
+                "balancers": [
+                    {"tag": "rr", "selector": ["proxy-"], "strategy": {"type": "roundRobin"}},
+                    {"tag": "lp", "selector": ["proxy-"], "strategy": {"type": "leastPing"}},
+                    {"tag": "ll", "selector": ["proxy-"], "strategy": {"type": "leastLoad"}},
+                    {"tag": "rd", "selector": ["proxy-", "dir"]}]},
+            // Probes fail (the greeting servers speak no HTTP): nothing is alive.
+            "observatory": {"subjectSelector": ["proxy-"], "probeUrl": "http://probe.test/",
+                            "probeInterval": "1h"}
+        })
+        .to_string()
+    };
+    let scenario = |name: &str, api: u16, port: u16, p: &Proc| -> Vec<Value> {
+        let ctx = |what: &str| format!("{name}: {what}\n{}", p.output());
+        let bi = |tag: &str| xjson(api, &["bi", "-json", tag]);
+        let bo = |args: &[&str]| {
+            let mut v = vec!["bo"];
+            v.extend_from_slice(args);
+            let (ok, out, err) = xapi(api, &v);
+            assert!(ok, "{}", ctx(&format!("bo {args:?}: {out}{err}")));
+        };
+        let through = |n: usize| (0..n).map(|_| reached(port)).collect::<Vec<_>>();
+        let mut answers = Vec::new();
+
+        let info = bi("rr");
+        assert_eq!(
+            info["balancer"]["principleTarget"]["tag"],
+            json!(["proxy-a", "proxy-b"]),
+            "{}",
+            ctx(&info.to_string())
+        );
+        assert_eq!(info["balancer"]["override"], json!({}), "{info}");
+        answers.push(info);
+        assert_eq!(through(4), ["A", "B", "A", "B"], "{}", ctx("round robin"));
+
+        bo(&["-b", "rr", "proxy-b"]);
+        let info = bi("rr");
+        assert_eq!(info["balancer"]["override"]["target"], "proxy-b", "{info}");
+        answers.push(info);
+        assert_eq!(
+            through(3),
+            ["B", "B", "B"],
+            "{}",
+            ctx("overridden to proxy-b")
+        );
+
+        // A target outside the selector is taken as well.
+        bo(&["-b", "rr", "direct"]);
+        assert_eq!(through(2), ["D", "D"], "{}", ctx("overridden to direct"));
+        // RemoveRule keeps the balancers (and their overrides).
+        let (ok, out, err) = xapi(api, &["rmrules", "other"]);
+        assert!(ok, "{}", ctx(&format!("rmrules: {out}{err}")));
+        assert_eq!(through(1), ["D"], "{}", ctx("after RemoveRule"));
+        answers.push(bi("rr"));
+
+        // A target no outbound has: the connection closes (no default outbound).
+        bo(&["-b", "rr", "ghost"]);
+        assert_eq!(through(1), ["closed"], "{}", ctx("overridden to ghost"));
+        answers.push(bi("rr"));
+
+        // Cleared: round robin again, where it left off.
+        bo(&["-b", "rr", "-r"]);
+        assert_eq!(through(2), ["A", "B"], "{}", ctx("override removed"));
+        answers.push(bi("rr"));
+
+        for args in [&["bi", "nope"][..], &["bo", "-b", "nope", "proxy-a"]] {
+            let (ok, _, err) = xapi(api, args);
+            assert!(
+                !ok && err.contains("code = Unknown desc = app/router: cannot find tag"),
+                "{}",
+                ctx(&format!("{args:?}: {err}"))
+            );
+        }
+        for tag in ["lp", "ll", "rd"] {
+            answers.push(bi(tag));
+        }
+        answers
+    };
+
+    let (xapi_port, xin) = (free_port(), free_port());
+    let x = spawn_with_config(
+        &peer("xray"),
+        "xray",
+        &config(xapi_port, xin),
+        &["run", "-c", "{config}"],
+    );
+    wait_listening(xapi_port, &x);
+    wait_listening(xin, &x);
+    let want = scenario("xray", xapi_port, xin, &x);
+    drop(x);
+
+    let (fapi, fin) = (free_port(), free_port());
+    let f = ferry(&config(fapi, fin), &[fapi, fin]);
+    let got = scenario("ferry", fapi, fin, &f);
+    assert_eq!(
+        got,
+        want,
+        "GetBalancerInfo answers (Ferry, then Xray)\n{}",
+        f.output()
+    );
+    // The answers as Xray gave them: leastPing with nothing alive names "", leastLoad none,
+    // random every candidate.
+    assert_eq!(want[5]["balancer"]["principleTarget"]["tag"], json!([""]));
+    assert_eq!(want[6]["balancer"]["principleTarget"], json!({}));
+    assert_eq!(
+        want[7]["balancer"]["principleTarget"]["tag"],
+        json!(["direct", "proxy-a", "proxy-b"])
+    );
+}

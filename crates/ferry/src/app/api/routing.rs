@@ -1,8 +1,8 @@
 //! RoutingService (`xray.app.router.command`): the calls panels make that Ferry's router can
 //! answer — TestRoute (which outbound a connection would take), AddRule (rules of an
 //! `xray.app.router.Config` as Xray v26.3 lays it out, turned into Ferry's JSON rules),
-//! ListRule and RemoveRule by `ruleTag`. The balancer calls (Ferry has no balancers yet)
-//! answer with an error naming what is missing.
+//! ListRule and RemoveRule by `ruleTag`, and the balancer calls: GetBalancerInfo (the
+//! override target and the strategy's "principle targets") and OverrideBalancerTarget.
 
 use std::net::IpAddr;
 
@@ -73,6 +73,81 @@ struct ListRuleItem {
 struct ListRuleResponse {
     #[prost(message, repeated, tag = "1")]
     rules: Vec<ListRuleItem>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetBalancerInfoRequest {
+    #[prost(string, tag = "1")]
+    tag: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct OverrideInfo {
+    #[prost(string, tag = "2")]
+    target: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PrincipleTargetInfo {
+    #[prost(string, repeated, tag = "1")]
+    tag: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct BalancerMsg {
+    #[prost(message, optional, tag = "5")]
+    r#override: Option<OverrideInfo>,
+    #[prost(message, optional, tag = "6")]
+    principle_target: Option<PrincipleTargetInfo>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetBalancerInfoResponse {
+    #[prost(message, optional, tag = "1")]
+    balancer: Option<BalancerMsg>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct OverrideBalancerTargetRequest {
+    #[prost(string, tag = "1")]
+    balancer_tag: String,
+    #[prost(string, tag = "2")]
+    target: String,
+}
+
+/// GetBalancerInfo as Xray answers it: the override target (empty when none) and the
+/// candidates as the strategy ranks them; an unknown tag is Xray's "cannot find tag".
+fn balancer_info(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
+    let r: GetBalancerInfoRequest = decode(req)?;
+    let router = api.core.dispatcher.router.load();
+    let b = router
+        .balancer(&r.tag)
+        .ok_or_else(|| unknown("app/router: cannot find tag"))?;
+    let table = api.core.dispatcher.outbounds.load();
+    let cands = b.candidates(table.list().iter().map(|e| &*e.tag));
+    Ok(GetBalancerInfoResponse {
+        balancer: Some(BalancerMsg {
+            r#override: Some(OverrideInfo {
+                target: b.override_target(),
+            }),
+            principle_target: Some(PrincipleTargetInfo {
+                tag: b.principle_targets(&cands, router.observatory.as_deref()),
+            }),
+        }),
+    }
+    .encode_to_vec())
+}
+
+/// OverrideBalancerTarget: every later pick of the balancer is `target` (`""` clears it).
+/// Xray takes any target, even one no outbound has (connections then close).
+fn override_balancer(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
+    let r: OverrideBalancerTargetRequest = decode(req)?;
+    let router = api.core.dispatcher.router.load();
+    let b = router
+        .balancer(&r.balancer_tag)
+        .ok_or_else(|| unknown("app/router: cannot find tag"))?;
+    b.set_override(&r.target);
+    Ok(Vec::new())
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -339,16 +414,17 @@ pub async fn call(api: &Api, method: &str, req: Bytes) -> Option<Result<Vec<u8>,
                     .cloned()
                     .collect();
                 (
-                    crate::app::router::Router::new(rules, old.strategy).with_dns(old.dns.clone()),
+                    crate::app::router::Router::new(rules, old.strategy)
+                        .with_dns(old.dns.clone())
+                        .keep_balancers(old),
                     (),
                 )
             });
             Ok(Vec::new())
         }),
         "AddRule" => add_rule(api, &req),
-        "GetBalancerInfo" | "OverrideBalancerTarget" => {
-            Err(unknown("app/router/command: Ferry has no balancers yet"))
-        }
+        "GetBalancerInfo" => balancer_info(api, &req),
+        "OverrideBalancerTarget" => override_balancer(api, &req),
         "SubscribeRoutingStats" => Err(unknown("Routing statistics not enabled.")),
         _ => return None,
     })
