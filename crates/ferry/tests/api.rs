@@ -660,3 +660,222 @@ fn xray_api_balancer_info_and_override() {
         json!(["direct", "proxy-a", "proxy-b"])
     );
 }
+
+const REALITY_PRIVATE: &str = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+const REALITY_PUBLIC: &str = "B6N8vBQgk8i3VdwbEOhstCY3StFqqFPtC9_AsrhtHHw";
+
+/// `realitySettings` of an inbound as 3x-ui writes them (with its `settings` half for share
+/// links, which Xray ignores), the camouflage target on `target`.
+fn reality_server_3xui(target: u16) -> Value {
+    json!({"show": false, "xver": 0, "target": format!("127.0.0.1:{target}"),
+           "serverNames": ["reality.test", "www.reality.test"], "privateKey": REALITY_PRIVATE,
+           "minClientVer": "", "maxClientVer": "", "maxTimeDiff": 0,
+           "shortIds": ["0123456789abcdef", "a1", ""], "mldsa65Seed": "",
+           "settings": {"publicKey": REALITY_PUBLIC, "fingerprint": "chrome", "serverName": "",
+                        "spiderX": "/", "mldsa65Verify": ""}})
+}
+
+/// A VLESS outbound of an Xray client over `stream`.
+fn xray_vless_out(tag: &str, port: u16, id: &str, flow: &str, stream: Value) -> Value {
+    json!({"tag": tag, "protocol": "vless",
+           "settings": {"vnext": [{"address": "127.0.0.1", "port": port,
+                                   "users": [{"id": id, "encryption": "none", "flow": flow}]}]},
+           "streamSettings": stream})
+}
+
+/// Inbounds added through `xray api adi` as 3x-ui writes them: VLESS + Vision over RAW with
+/// REALITY, VLESS over XHTTP with REALITY, VLESS over plain XHTTP (packet-up); an Xray client
+/// carries 1 MB through each, byte-exact, and the added inbounds' counters saw the bytes.
+/// A splithttp config with what Ferry does not do (padding obfuscation) is refused by name.
+#[test]
+fn xray_api_adds_reality_and_xhttp_inbounds() {
+    let echo = echo_server();
+    let (api, legacy, target) = (free_port(), free_port(), free_port());
+    let (rport, xport, pport) = (free_port(), free_port(), free_port());
+    let dir = tempdir::Dir::new("api-reality");
+    // The camouflage target: nginx with HTTPS for reality.test (TLS 1.2 and 1.3).
+    let g = ferry::transport::tls::generate_self_signed(&["reality.test".to_string()], 2).unwrap();
+    std::fs::write(dir.path().join("cert.pem"), &g.cert_pem).unwrap();
+    std::fs::write(dir.path().join("key.pem"), &g.key_pem).unwrap();
+    let nginx_conf = format!(
+        r#"user root;
+master_process off;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 64; }}
+http {{
+    access_log {d}/access.log;
+    client_body_temp_path {d}/t-body;
+    proxy_temp_path {d}/t-proxy;
+    fastcgi_temp_path {d}/t-fastcgi;
+    uwsgi_temp_path {d}/t-uwsgi;
+    scgi_temp_path {d}/t-scgi;
+    client_header_timeout 2s;
+    server {{
+        listen 127.0.0.1:{target} ssl http2;
+        server_name reality.test;
+        ssl_certificate {d}/cert.pem;
+        ssl_certificate_key {d}/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        location / {{ return 200 "target\n"; }}
+    }}
+}}
+"#,
+        d = dir.path().display()
+    );
+    let nginx = spawn_with_config(
+        &peer("nginx"),
+        "nginx",
+        &nginx_conf,
+        &[
+            "-p",
+            dir.path().to_str().unwrap(),
+            "-c",
+            "{config}",
+            "-g",
+            "daemon off;",
+        ],
+    );
+    wait_listening(target, &nginx);
+    let server = ferry(&api_config(api, legacy, vec![]), &[api]);
+
+    let ids = [
+        "7d3a4c1e-1111-4a2b-9c3d-000000000001",
+        "7d3a4c1e-1111-4a2b-9c3d-000000000002",
+        "7d3a4c1e-1111-4a2b-9c3d-000000000003",
+    ];
+    let sniffing = json!({"enabled": false, "destOverride": ["http", "tls", "quic", "fakedns"],
+                          "metadataOnly": false, "routeOnly": false});
+    let xhttp = |mode: &str| {
+        json!({"path": "/xh", "host": "", "headers": {}, "scMaxBufferedPosts": 30,
+               "scMaxEachPostBytes": "1000000", "scStreamUpServerSecs": "20-80",
+               "noSSEHeader": false, "xPaddingBytes": "100-1000", "mode": mode})
+    };
+    let inbound = |tag: &str, port: u16, id: &str, flow: &str, stream: Value| {
+        json!({"inbounds": [{"tag": tag, "listen": "127.0.0.1", "port": port, "protocol": "vless",
+            "settings": {"clients": [{"id": id, "flow": flow, "email": format!("{tag}@x"),
+                                      "limitIp": 0, "totalGB": 0, "expiryTime": 0, "enable": true}],
+                         "decryption": "none", "fallbacks": []},
+            "streamSettings": stream, "sniffing": sniffing}]})
+    };
+    let files = [
+        inbound(
+            "in-reality",
+            rport,
+            ids[0],
+            "xtls-rprx-vision",
+            json!({"network": "tcp", "security": "reality", "externalProxy": [],
+                   "realitySettings": reality_server_3xui(target),
+                   "tcpSettings": {"acceptProxyProtocol": false, "header": {"type": "none"}}}),
+        ),
+        inbound(
+            "in-xhttp-reality",
+            xport,
+            ids[1],
+            "",
+            json!({"network": "xhttp", "security": "reality", "externalProxy": [],
+                   "realitySettings": reality_server_3xui(target), "xhttpSettings": xhttp("auto")}),
+        ),
+        inbound(
+            "in-xhttp",
+            pport,
+            ids[2],
+            "",
+            json!({"network": "xhttp", "security": "none", "externalProxy": [],
+                   "xhttpSettings": xhttp("packet-up")}),
+        ),
+    ];
+    for (i, f) in files.iter().enumerate() {
+        let path = write_json(dir.path(), &format!("in{i}.json"), f);
+        let (ok, out, err) = xapi(api, &["adi", &path]);
+        assert!(ok, "adi {f}: {out}{err}\n{}", server.output());
+    }
+    for p in [rport, xport, pport] {
+        wait_listening(p, &server);
+    }
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    assert!(l.to_string().contains("in-xhttp-reality"), "{l}");
+
+    // An Xray client: one entry port per outbound.
+    let reality_client = json!({"serverName": "reality.test", "fingerprint": "chrome",
+        "publicKey": REALITY_PUBLIC, "shortId": "a1", "spiderX": "/"});
+    let entries = [free_port(), free_port(), free_port()];
+    let outs = [
+        xray_vless_out(
+            "o0",
+            rport,
+            ids[0],
+            "xtls-rprx-vision",
+            json!({"network": "raw", "security": "reality", "realitySettings": reality_client}),
+        ),
+        xray_vless_out(
+            "o1",
+            xport,
+            ids[1],
+            "",
+            json!({"network": "xhttp", "security": "reality", "realitySettings": reality_client,
+                   "xhttpSettings": {"path": "/xh", "mode": "auto"}}),
+        ),
+        xray_vless_out(
+            "o2",
+            pport,
+            ids[2],
+            "",
+            json!({"network": "xhttp", "xhttpSettings": {"path": "/xh", "mode": "packet-up"}}),
+        ),
+    ];
+    let client_cfg = json!({
+        "log": {"loglevel": "warning"},
+        "inbounds": (0..3).map(|i| json!({"tag": format!("c{i}"), "listen": "127.0.0.1",
+            "port": entries[i], "protocol": "dokodemo-door",
+            "settings": {"address": "127.0.0.1", "port": echo.port()}})).collect::<Vec<_>>(),
+        "outbounds": outs,
+        "routing": {"rules": (0..3).map(|i| json!({"inboundTag": [format!("c{i}")],
+            "outboundTag": format!("o{i}")})).collect::<Vec<_>>()}
+    });
+    let client = spawn_with_config(
+        &peer("xray"),
+        "xray",
+        &client_cfg.to_string(),
+        &["run", "-c", "{config}"],
+    );
+    for p in entries {
+        wait_listening(p, &client);
+    }
+    let data = pattern(1 << 20, 7);
+    for (i, tag) in ["in-reality", "in-xhttp-reality", "in-xhttp"]
+        .iter()
+        .enumerate()
+    {
+        let s = TcpStream::connect(("127.0.0.1", entries[i])).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let got = try_echo_through(s, &data).unwrap_or_default();
+        assert!(
+            got == data,
+            "{tag}: {} of {} bytes echoed\n{}\n{}",
+            got.len(),
+            data.len(),
+            server.output(),
+            client.output()
+        );
+        let q = xjson(
+            api,
+            &["statsquery", "-pattern", &format!("inbound>>>{tag}>>>")],
+        );
+        for (name, v) in stats_of(&q) {
+            assert!(v >= data.len() as u64, "{tag}: {name} = {v}: {q}");
+        }
+        assert_eq!(stats_of(&q).len(), 2, "{q}");
+    }
+
+    // What Ferry does not do is refused by name, and nothing of it stays.
+    let mut bad = files[2].clone();
+    bad["inbounds"][0]["tag"] = json!("in-obfs");
+    bad["inbounds"][0]["port"] = json!(free_port());
+    bad["inbounds"][0]["streamSettings"]["xhttpSettings"]["xPaddingObfsMode"] = json!(true);
+    let path = write_json(dir.path(), "bad.json", &bad);
+    let (ok, _, err) = xapi(api, &["adi", &path]);
+    assert!(!ok && err.contains("padding obfuscation"), "{err}");
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    assert!(!l.to_string().contains("in-obfs"), "{l}");
+}
