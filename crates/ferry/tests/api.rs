@@ -879,3 +879,101 @@ http {{
     let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
     assert!(!l.to_string().contains("in-obfs"), "{l}");
 }
+
+/// 3x-ui edits an inbound by removing it and adding it again, same tag and port, at once:
+/// each time the port is bound again by the new inbound (the one user of the new config is
+/// served, the old config's is refused), bytes are carried exactly, and the new inbound's
+/// counters start from what it carries.
+#[test]
+fn removing_and_re_adding_an_inbound_on_the_same_port() {
+    let echo = echo_server();
+    let (api, legacy, port) = (free_port(), free_port(), free_port());
+    let server = ferry(&api_config(api, legacy, vec![]), &[api]);
+    let dir = tempdir::Dir::new("api-edit");
+    let id = |n: usize| format!("3c0a9e2b-7777-4d1e-8f00-{n:012}");
+    let inbound = |n: usize| {
+        json!({"inbounds": [{"tag": "inbound-edit", "listen": "127.0.0.1", "port": port,
+            "protocol": "vless",
+            "settings": {"clients": [{"id": id(n), "flow": "", "email": format!("user{n}@x")}],
+                         "decryption": "none", "fallbacks": []},
+            "streamSettings": {"network": "tcp", "security": "none",
+                               "tcpSettings": {"acceptProxyProtocol": false, "header": {"type": "none"}}},
+            "sniffing": {"enabled": true, "destOverride": ["http", "tls"]}}]})
+    };
+    // One Ferry client per user (a dokodemo-door entry in front of a VLESS outbound).
+    let clients: Vec<(u16, Proc)> = (0..4)
+        .map(|n| {
+            let entry = free_port();
+            let c = ferry(
+                &json!({
+                    "inbounds": [{"listen": "127.0.0.1", "port": entry, "protocol": "dokodemo-door",
+                                  "settings": {"address": "127.0.0.1", "port": echo.port()}}],
+                    "outbounds": [{"protocol": "vless", "settings": {"address": "127.0.0.1",
+                                   "port": port, "id": id(n), "encryption": "none"}}]
+                })
+                .to_string(),
+                &[entry],
+            );
+            (entry, c)
+        })
+        .collect();
+    let path = write_json(dir.path(), "in0.json", &inbound(0));
+    let (ok, out, err) = xapi(api, &["adi", &path]);
+    assert!(ok, "{out}{err}");
+    wait_listening(port, &server);
+    assert!(echoes(clients[0].0, 10_000), "{}", server.output());
+
+    for n in 1..4 {
+        let path = write_json(dir.path(), &format!("in{n}.json"), &inbound(n));
+        let (ok, out, err) = xapi(api, &["rmi", "inbound-edit"]);
+        assert!(ok, "rmi #{n}: {out}{err}");
+        let (ok, out, err) = xapi(api, &["adi", &path]);
+        assert!(
+            ok,
+            "adi #{n} on the same port: {out}{err}\n{}",
+            server.output()
+        );
+        let data = pattern(300_000 + n, n as u64);
+        let s = TcpStream::connect(("127.0.0.1", clients[n].0)).unwrap();
+        let got = try_echo_through(s, &data).unwrap_or_default();
+        assert!(
+            got == data,
+            "edit #{n}: {} of {} bytes through the new inbound\n{}",
+            got.len(),
+            data.len(),
+            server.output()
+        );
+        assert!(
+            !echoes(clients[n - 1].0, 1000),
+            "edit #{n}: the old config's user is still served"
+        );
+        let u = xjson(api, &["inbounduser", "-tag", "inbound-edit"]);
+        assert_eq!(u["users"].as_array().map(Vec::len), Some(1), "{u}");
+        assert_eq!(u["users"][0]["email"], format!("user{n}@x"), "{u}");
+        // The relay counts a chunk just after writing it: wait a moment for the last one.
+        let want = vec![
+            (
+                format!("user>>>user{n}@x>>>traffic>>>downlink"),
+                data.len() as u64,
+            ),
+            (
+                format!("user>>>user{n}@x>>>traffic>>>uplink"),
+                data.len() as u64,
+            ),
+        ];
+        let t = Instant::now();
+        loop {
+            let q = xjson(
+                api,
+                &["statsquery", "-pattern", &format!("user>>>user{n}@x>>>")],
+            );
+            if stats_of(&q) == want {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(3), "{q}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    assert_eq!(l.to_string().matches("inbound-edit").count(), 1, "{l}");
+}
