@@ -529,8 +529,9 @@ fn reached(port: u16) -> String {
 /// with the same config: the balancer's candidates and override as GetBalancerInfo reports
 /// them, traffic following an override (inside the selector, outside it, to a tag no outbound
 /// has: the connection closes), the override surviving RemoveRule, cleared with `-r`, and
-/// Xray's "cannot find tag" for an unknown balancer. The `bi -json` answers of both must be
-/// the same.
+/// Xray's "cannot find tag" for an unknown balancer; balancers added with rules through
+/// `adrules` (appended, a duplicate and a missing one refused with Xray's texts, then all
+/// replaced: the old balancers are gone). The `bi -json` answers of both must be the same.
 #[test]
 fn xray_api_balancer_info_and_override() {
     let (a, b, d) = (
@@ -542,12 +543,14 @@ fn xray_api_balancer_info_and_override() {
         json!({"tag": tag, "protocol": "freedom", "settings": {"redirect": to.to_string(),
                "finalRules": [{"action": "allow", "ip": ["127.0.0.0/8"]}]}})
     };
-    let config = |api: u16, port: u16| {
+    let config = |api: u16, port: u16, port2: u16| {
         json!({
             "log": {"loglevel": "warning"},
             "api": {"tag": "api", "listen": format!("127.0.0.1:{api}"), "services": ["RoutingService"]},
             "inbounds": [{"tag": "in", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
-                          "settings": {"address": "127.0.0.1", "port": 9}}],
+                          "settings": {"address": "127.0.0.1", "port": 9}},
+                         {"tag": "in2", "listen": "127.0.0.1", "port": port2,
+                          "protocol": "dokodemo-door", "settings": {"address": "127.0.0.1", "port": 9}}],
             "outbounds": [freedom("direct", d), freedom("proxy-b", b), freedom("proxy-a", a)],
             "routing": {
                 "rules": [{"inboundTag": ["in"], "balancerTag": "rr"},
@@ -563,7 +566,7 @@ fn xray_api_balancer_info_and_override() {
         })
         .to_string()
     };
-    let scenario = |name: &str, api: u16, port: u16, p: &Proc| -> Vec<Value> {
+    let scenario = |name: &str, api: u16, port: u16, in2: u16, p: &Proc| -> Vec<Value> {
         let ctx = |what: &str| format!("{name}: {what}\n{}", p.output());
         let bi = |tag: &str| xjson(api, &["bi", "-json", tag]);
         let bo = |args: &[&str]| {
@@ -627,24 +630,82 @@ fn xray_api_balancer_info_and_override() {
         for tag in ["lp", "ll", "rd"] {
             answers.push(bi(tag));
         }
+
+        // Balancers added with rules (AddRule): appended, then everything replaced.
+        let dir = tempdir::Dir::new("api-balancer-rules");
+        let adrules = |name: &str, append: bool, routing: Value| {
+            let f = write_json(dir.path(), name, &json!({ "routing": routing }));
+            let mut args = vec!["adrules"];
+            if append {
+                args.push("-append");
+            }
+            args.push(&f);
+            let (ok, out, err) = xapi(api, &args);
+            (ok, format!("{out}{err}"))
+        };
+        assert_eq!(reached(in2), "D", "{}", ctx("in2 before its rule"));
+        let (ok, e) = adrules(
+            "ghost.json",
+            true,
+            json!({"rules": [{"inboundTag": ["in2"], "balancerTag": "ghost-bal"}]}),
+        );
+        assert!(
+            !ok && e.contains("app/router: balancer ghost-bal not found"),
+            "{}",
+            ctx(&e)
+        );
+        let to_b = json!({"rules": [{"inboundTag": ["in2"], "balancerTag": "only-b", "ruleTag": "to-b"}],
+                          "balancers": [{"tag": "only-b", "selector": ["proxy-b"]}]});
+        let (ok, e) = adrules("to-b.json", true, to_b.clone());
+        assert!(ok, "{}", ctx(&e));
+        assert_eq!(reached(in2), "B", "{}", ctx("in2 through only-b"));
+        answers.push(bi("only-b"));
+        let (ok, e) = adrules("to-b.json", true, to_b);
+        assert!(
+            !ok && e.contains("app/router: duplicate balancer tag"),
+            "{}",
+            ctx(&e)
+        );
+        let (ok, e) = adrules(
+            "replace.json",
+            false,
+            json!({"rules": [{"inboundTag": ["in"], "balancerTag": "rr2"}],
+                   "balancers": [{"tag": "rr2", "selector": ["proxy-a"], "strategy": {"type": "roundRobin"}}]}),
+        );
+        assert!(ok, "{}", ctx(&e));
+        assert_eq!(through(2), ["A", "A"], "{}", ctx("in through rr2"));
+        assert_eq!(
+            reached(in2),
+            "D",
+            "{}",
+            ctx("in2 after the rules were replaced")
+        );
+        let (ok, _, err) = xapi(api, &["bi", "rr"]);
+        assert!(
+            !ok && err.contains("cannot find tag"),
+            "{}",
+            ctx(&format!("rr replaced: {err}"))
+        );
+        answers.push(bi("rr2"));
         answers
     };
 
-    let (xapi_port, xin) = (free_port(), free_port());
+    let (xapi_port, xin, xin2) = (free_port(), free_port(), free_port());
     let x = spawn_with_config(
         &peer("xray"),
         "xray",
-        &config(xapi_port, xin),
+        &config(xapi_port, xin, xin2),
         &["run", "-c", "{config}"],
     );
     wait_listening(xapi_port, &x);
     wait_listening(xin, &x);
-    let want = scenario("xray", xapi_port, xin, &x);
+    wait_listening(xin2, &x);
+    let want = scenario("xray", xapi_port, xin, xin2, &x);
     drop(x);
 
-    let (fapi, fin) = (free_port(), free_port());
-    let f = ferry(&config(fapi, fin), &[fapi, fin]);
-    let got = scenario("ferry", fapi, fin, &f);
+    let (fapi, fin, fin2) = (free_port(), free_port(), free_port());
+    let f = ferry(&config(fapi, fin, fin2), &[fapi, fin, fin2]);
+    let got = scenario("ferry", fapi, fin, fin2, &f);
     assert_eq!(
         got,
         want,
