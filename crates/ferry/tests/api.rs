@@ -747,6 +747,7 @@ fn xray_vless_out(tag: &str, port: u16, id: &str, flow: &str, stream: Value) -> 
 /// Inbounds added through `xray api adi` as 3x-ui writes them: VLESS + Vision over RAW with
 /// REALITY, VLESS over XHTTP with REALITY, VLESS over plain XHTTP (packet-up); an Xray client
 /// carries 1 MB through each, byte-exact, and the added inbounds' counters saw the bytes.
+/// The same settings as outbounds (`xray api ado`) take Ferry's own client through them.
 /// A splithttp config with what Ferry does not do (padding obfuscation) is refused by name.
 #[test]
 fn xray_api_adds_reality_and_xhttp_inbounds() {
@@ -798,7 +799,16 @@ http {{
         ],
     );
     wait_listening(target, &nginx);
-    let server = ferry(&api_config(api, legacy, vec![]), &[api]);
+    // Two entries for the outbounds added below (Ferry as the REALITY client of itself).
+    let loops = [free_port(), free_port()];
+    let loop_in = |i: usize| {
+        json!({"tag": format!("loop{i}"), "listen": "127.0.0.1", "port": loops[i],
+               "protocol": "dokodemo-door", "settings": {"address": "127.0.0.1", "port": echo.port()}})
+    };
+    let server = ferry(
+        &api_config(api, legacy, vec![loop_in(0), loop_in(1)]),
+        &[api, loops[0], loops[1]],
+    );
 
     let ids = [
         "7d3a4c1e-1111-4a2b-9c3d-000000000001",
@@ -927,6 +937,46 @@ http {{
             assert!(v >= data.len() as u64, "{tag}: {name} = {v}: {q}");
         }
         assert_eq!(stats_of(&q).len(), 2, "{q}");
+    }
+
+    // The same REALITY and XHTTP settings as outbounds (xray api ado, as 3x-ui's AddOutbound
+    // sends them), routed to with adrules: Ferry's client carries bytes to its own inbounds.
+    let ado = json!({"outbounds": [
+        xray_vless_out("via-reality", rport, ids[0], "xtls-rprx-vision",
+            json!({"network": "raw", "security": "reality", "realitySettings": reality_client})),
+        xray_vless_out("via-xhttp-reality", xport, ids[1], "",
+            json!({"network": "xhttp", "security": "reality", "realitySettings": reality_client,
+                   "xhttpSettings": {"path": "/xh", "mode": "stream-up"}})),
+    ]});
+    let path = write_json(dir.path(), "ado.json", &ado);
+    let (ok, out, err) = xapi(api, &["ado", &path]);
+    assert!(ok, "ado: {out}{err}\n{}", server.output());
+    let path = write_json(
+        dir.path(),
+        "rules.json",
+        &json!({"routing": {"rules": [
+            {"inboundTag": ["loop0"], "outboundTag": "via-reality"},
+            {"inboundTag": ["loop1"], "outboundTag": "via-xhttp-reality"}]}}),
+    );
+    let (ok, out, err) = xapi(api, &["adrules", "-append", &path]);
+    assert!(ok, "adrules: {out}{err}");
+    for (i, tag) in ["in-reality", "in-xhttp-reality"].iter().enumerate() {
+        let s = TcpStream::connect(("127.0.0.1", loops[i])).unwrap();
+        let got = try_echo_through(s, &data).unwrap_or_default();
+        assert!(
+            got == data,
+            "through the added outbound to {tag}: {} of {} bytes\n{}",
+            got.len(),
+            data.len(),
+            server.output()
+        );
+        let q = xjson(
+            api,
+            &["statsquery", "-pattern", &format!("inbound>>>{tag}>>>")],
+        );
+        for (name, v) in stats_of(&q) {
+            assert!(v >= 2 * data.len() as u64, "{tag}: {name} = {v}: {q}");
+        }
     }
 
     // What Ferry does not do is refused by name, and nothing of it stays.
