@@ -1033,6 +1033,12 @@ fn removing_and_re_adding_an_inbound_on_the_same_port() {
     assert!(ok, "{out}{err}");
     wait_listening(port, &server);
     assert!(echoes(clients[0].0, 10_000), "{}", server.output());
+    // A connection of the first config, open across the edits.
+    let mut live = TcpStream::connect(("127.0.0.1", clients[0].0)).unwrap();
+    live.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 4];
+    live.write_all(b"ping").unwrap();
+    live.read_exact(&mut b).unwrap();
 
     for n in 1..4 {
         let path = write_json(dir.path(), &format!("in{n}.json"), &inbound(n));
@@ -1087,4 +1093,10 @@ fn removing_and_re_adding_an_inbound_on_the_same_port() {
     }
     let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
     assert_eq!(l.to_string().matches("inbound-edit").count(), 1, "{l}");
+    // As in Xray, removing an inbound stops its listener, not its connections.
+    let data = pattern(100_000, 9);
+    live.write_all(&data).unwrap();
+    let mut got = vec![0u8; data.len()];
+    live.read_exact(&mut got).unwrap();
+    assert!(got == data, "the first config's live connection");
 }
