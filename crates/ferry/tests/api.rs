@@ -510,3 +510,593 @@ fn xray_api_routing_rules() {
         "refused rules are not added: {l}"
     );
 }
+
+/// Which greeting server a connection through `port` reaches (its first byte), or "closed".
+fn reached(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return "refused".into();
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(b"x");
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(1) => String::from_utf8_lossy(&b).into_owned(),
+        _ => "closed".into(),
+    }
+}
+
+/// Balancers through `xray api bi` / `bo`, the same scenario against Xray and against Ferry
+/// with the same config: the balancer's candidates and override as GetBalancerInfo reports
+/// them, traffic following an override (inside the selector, outside it, to a tag no outbound
+/// has: the connection closes), the override surviving RemoveRule, cleared with `-r`, and
+/// Xray's "cannot find tag" for an unknown balancer; balancers added with rules through
+/// `adrules` (appended, a duplicate and a missing one refused with Xray's texts, then all
+/// replaced: the old balancers are gone). The `bi -json` answers of both must be the same.
+#[test]
+fn xray_api_balancer_info_and_override() {
+    let (a, b, d) = (
+        echo_server_greeting(b"A"),
+        echo_server_greeting(b"B"),
+        echo_server_greeting(b"D"),
+    );
+    let freedom = |tag: &str, to: std::net::SocketAddr| {
+        json!({"tag": tag, "protocol": "freedom", "settings": {"redirect": to.to_string(),
+               "finalRules": [{"action": "allow", "ip": ["127.0.0.0/8"]}]}})
+    };
+    let config = |api: u16, port: u16, port2: u16| {
+        json!({
+            "log": {"loglevel": "warning"},
+            "api": {"tag": "api", "listen": format!("127.0.0.1:{api}"), "services": ["RoutingService"]},
+            "inbounds": [{"tag": "in", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
+                          "settings": {"address": "127.0.0.1", "port": 9}},
+                         {"tag": "in2", "listen": "127.0.0.1", "port": port2,
+                          "protocol": "dokodemo-door", "settings": {"address": "127.0.0.1", "port": 9}}],
+            "outbounds": [freedom("direct", d), freedom("proxy-b", b), freedom("proxy-a", a)],
+            "routing": {
+                "rules": [{"inboundTag": ["in"], "balancerTag": "rr"},
+                          {"inboundTag": ["none"], "outboundTag": "direct", "ruleTag": "other"}],
+                "balancers": [
+                    {"tag": "rr", "selector": ["proxy-"], "strategy": {"type": "roundRobin"}},
+                    {"tag": "lp", "selector": ["proxy-"], "strategy": {"type": "leastPing"}},
+                    {"tag": "ll", "selector": ["proxy-"], "strategy": {"type": "leastLoad"}},
+                    {"tag": "rd", "selector": ["proxy-", "dir"]}]},
+            // Probes fail (the greeting servers speak no HTTP): nothing is alive.
+            "observatory": {"subjectSelector": ["proxy-"], "probeUrl": "http://probe.test/",
+                            "probeInterval": "1h"}
+        })
+        .to_string()
+    };
+    let scenario = |name: &str, api: u16, port: u16, in2: u16, p: &Proc| -> Vec<Value> {
+        let ctx = |what: &str| format!("{name}: {what}\n{}", p.output());
+        let bi = |tag: &str| xjson(api, &["bi", "-json", tag]);
+        let bo = |args: &[&str]| {
+            let mut v = vec!["bo"];
+            v.extend_from_slice(args);
+            let (ok, out, err) = xapi(api, &v);
+            assert!(ok, "{}", ctx(&format!("bo {args:?}: {out}{err}")));
+        };
+        let through = |n: usize| (0..n).map(|_| reached(port)).collect::<Vec<_>>();
+        let mut answers = Vec::new();
+
+        let info = bi("rr");
+        assert_eq!(
+            info["balancer"]["principleTarget"]["tag"],
+            json!(["proxy-a", "proxy-b"]),
+            "{}",
+            ctx(&info.to_string())
+        );
+        assert_eq!(info["balancer"]["override"], json!({}), "{info}");
+        answers.push(info);
+        assert_eq!(through(4), ["A", "B", "A", "B"], "{}", ctx("round robin"));
+
+        bo(&["-b", "rr", "proxy-b"]);
+        let info = bi("rr");
+        assert_eq!(info["balancer"]["override"]["target"], "proxy-b", "{info}");
+        answers.push(info);
+        assert_eq!(
+            through(3),
+            ["B", "B", "B"],
+            "{}",
+            ctx("overridden to proxy-b")
+        );
+
+        // A target outside the selector is taken as well.
+        bo(&["-b", "rr", "direct"]);
+        assert_eq!(through(2), ["D", "D"], "{}", ctx("overridden to direct"));
+        // RemoveRule keeps the balancers (and their overrides).
+        let (ok, out, err) = xapi(api, &["rmrules", "other"]);
+        assert!(ok, "{}", ctx(&format!("rmrules: {out}{err}")));
+        assert_eq!(through(1), ["D"], "{}", ctx("after RemoveRule"));
+        answers.push(bi("rr"));
+
+        // A target no outbound has: the connection closes (no default outbound).
+        bo(&["-b", "rr", "ghost"]);
+        assert_eq!(through(1), ["closed"], "{}", ctx("overridden to ghost"));
+        answers.push(bi("rr"));
+
+        // Cleared: round robin again, where it left off.
+        bo(&["-b", "rr", "-r"]);
+        assert_eq!(through(2), ["A", "B"], "{}", ctx("override removed"));
+        answers.push(bi("rr"));
+
+        for args in [&["bi", "nope"][..], &["bo", "-b", "nope", "proxy-a"]] {
+            let (ok, _, err) = xapi(api, args);
+            assert!(
+                !ok && err.contains("code = Unknown desc = app/router: cannot find tag"),
+                "{}",
+                ctx(&format!("{args:?}: {err}"))
+            );
+        }
+        for tag in ["lp", "ll", "rd"] {
+            answers.push(bi(tag));
+        }
+
+        // Balancers added with rules (AddRule): appended, then everything replaced.
+        let dir = tempdir::Dir::new("api-balancer-rules");
+        let adrules = |name: &str, append: bool, routing: Value| {
+            let f = write_json(dir.path(), name, &json!({ "routing": routing }));
+            let mut args = vec!["adrules"];
+            if append {
+                args.push("-append");
+            }
+            args.push(&f);
+            let (ok, out, err) = xapi(api, &args);
+            (ok, format!("{out}{err}"))
+        };
+        assert_eq!(reached(in2), "D", "{}", ctx("in2 before its rule"));
+        let (ok, e) = adrules(
+            "ghost.json",
+            true,
+            json!({"rules": [{"inboundTag": ["in2"], "balancerTag": "ghost-bal"}]}),
+        );
+        assert!(
+            !ok && e.contains("app/router: balancer ghost-bal not found"),
+            "{}",
+            ctx(&e)
+        );
+        let to_b = json!({"rules": [{"inboundTag": ["in2"], "balancerTag": "only-b", "ruleTag": "to-b"}],
+                          "balancers": [{"tag": "only-b", "selector": ["proxy-b"]}]});
+        let (ok, e) = adrules("to-b.json", true, to_b.clone());
+        assert!(ok, "{}", ctx(&e));
+        assert_eq!(reached(in2), "B", "{}", ctx("in2 through only-b"));
+        answers.push(bi("only-b"));
+        let (ok, e) = adrules("to-b.json", true, to_b);
+        assert!(
+            !ok && e.contains("app/router: duplicate balancer tag"),
+            "{}",
+            ctx(&e)
+        );
+        let (ok, e) = adrules(
+            "replace.json",
+            false,
+            json!({"rules": [{"inboundTag": ["in"], "balancerTag": "rr2"}],
+                   "balancers": [{"tag": "rr2", "selector": ["proxy-a"], "strategy": {"type": "roundRobin"}}]}),
+        );
+        assert!(ok, "{}", ctx(&e));
+        assert_eq!(through(2), ["A", "A"], "{}", ctx("in through rr2"));
+        assert_eq!(
+            reached(in2),
+            "D",
+            "{}",
+            ctx("in2 after the rules were replaced")
+        );
+        let (ok, _, err) = xapi(api, &["bi", "rr"]);
+        assert!(
+            !ok && err.contains("cannot find tag"),
+            "{}",
+            ctx(&format!("rr replaced: {err}"))
+        );
+        answers.push(bi("rr2"));
+        answers
+    };
+
+    let (xapi_port, xin, xin2) = (free_port(), free_port(), free_port());
+    let x = spawn_with_config(
+        &peer("xray"),
+        "xray",
+        &config(xapi_port, xin, xin2),
+        &["run", "-c", "{config}"],
+    );
+    wait_listening(xapi_port, &x);
+    wait_listening(xin, &x);
+    wait_listening(xin2, &x);
+    let want = scenario("xray", xapi_port, xin, xin2, &x);
+    drop(x);
+
+    let (fapi, fin, fin2) = (free_port(), free_port(), free_port());
+    let f = ferry(&config(fapi, fin, fin2), &[fapi, fin, fin2]);
+    let got = scenario("ferry", fapi, fin, fin2, &f);
+    assert_eq!(
+        got,
+        want,
+        "GetBalancerInfo answers (Ferry, then Xray)\n{}",
+        f.output()
+    );
+    // The answers as Xray gave them: leastPing with nothing alive names "", leastLoad none,
+    // random every candidate.
+    assert_eq!(want[5]["balancer"]["principleTarget"]["tag"], json!([""]));
+    assert_eq!(want[6]["balancer"]["principleTarget"], json!({}));
+    assert_eq!(
+        want[7]["balancer"]["principleTarget"]["tag"],
+        json!(["direct", "proxy-a", "proxy-b"])
+    );
+}
+
+const REALITY_PRIVATE: &str = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+const REALITY_PUBLIC: &str = "B6N8vBQgk8i3VdwbEOhstCY3StFqqFPtC9_AsrhtHHw";
+
+/// `realitySettings` of an inbound as 3x-ui writes them (with its `settings` half for share
+/// links, which Xray ignores), the camouflage target on `target`.
+fn reality_server_3xui(target: u16) -> Value {
+    json!({"show": false, "xver": 0, "target": format!("127.0.0.1:{target}"),
+           "serverNames": ["reality.test", "www.reality.test"], "privateKey": REALITY_PRIVATE,
+           "minClientVer": "", "maxClientVer": "", "maxTimeDiff": 0,
+           "shortIds": ["0123456789abcdef", "a1", ""], "mldsa65Seed": "",
+           "settings": {"publicKey": REALITY_PUBLIC, "fingerprint": "chrome", "serverName": "",
+                        "spiderX": "/", "mldsa65Verify": ""}})
+}
+
+/// A VLESS outbound of an Xray client over `stream`.
+fn xray_vless_out(tag: &str, port: u16, id: &str, flow: &str, stream: Value) -> Value {
+    json!({"tag": tag, "protocol": "vless",
+           "settings": {"vnext": [{"address": "127.0.0.1", "port": port,
+                                   "users": [{"id": id, "encryption": "none", "flow": flow}]}]},
+           "streamSettings": stream})
+}
+
+/// Inbounds added through `xray api adi` as 3x-ui writes them: VLESS + Vision over RAW with
+/// REALITY, VLESS over XHTTP with REALITY, VLESS over plain XHTTP (packet-up); an Xray client
+/// carries 1 MB through each, byte-exact, and the added inbounds' counters saw the bytes.
+/// The same settings as outbounds (`xray api ado`) take Ferry's own client through them.
+/// A splithttp config with what Ferry does not do (padding obfuscation) is refused by name.
+#[test]
+fn xray_api_adds_reality_and_xhttp_inbounds() {
+    let echo = echo_server();
+    let (api, legacy, target) = (free_port(), free_port(), free_port());
+    let (rport, xport, pport) = (free_port(), free_port(), free_port());
+    let dir = tempdir::Dir::new("api-reality");
+    // The camouflage target: nginx with HTTPS for reality.test (TLS 1.2 and 1.3).
+    let g = ferry::transport::tls::generate_self_signed(&["reality.test".to_string()], 2).unwrap();
+    std::fs::write(dir.path().join("cert.pem"), &g.cert_pem).unwrap();
+    std::fs::write(dir.path().join("key.pem"), &g.key_pem).unwrap();
+    let nginx_conf = format!(
+        r#"user root;
+master_process off;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 64; }}
+http {{
+    access_log {d}/access.log;
+    client_body_temp_path {d}/t-body;
+    proxy_temp_path {d}/t-proxy;
+    fastcgi_temp_path {d}/t-fastcgi;
+    uwsgi_temp_path {d}/t-uwsgi;
+    scgi_temp_path {d}/t-scgi;
+    client_header_timeout 2s;
+    server {{
+        listen 127.0.0.1:{target} ssl http2;
+        server_name reality.test;
+        ssl_certificate {d}/cert.pem;
+        ssl_certificate_key {d}/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        location / {{ return 200 "target\n"; }}
+    }}
+}}
+"#,
+        d = dir.path().display()
+    );
+    let nginx = spawn_with_config(
+        &peer("nginx"),
+        "nginx",
+        &nginx_conf,
+        &[
+            "-p",
+            dir.path().to_str().unwrap(),
+            "-c",
+            "{config}",
+            "-g",
+            "daemon off;",
+        ],
+    );
+    wait_listening(target, &nginx);
+    // Two entries for the outbounds added below (Ferry as the REALITY client of itself).
+    let loops = [free_port(), free_port()];
+    let loop_in = |i: usize| {
+        json!({"tag": format!("loop{i}"), "listen": "127.0.0.1", "port": loops[i],
+               "protocol": "dokodemo-door", "settings": {"address": "127.0.0.1", "port": echo.port()}})
+    };
+    let server = ferry(
+        &api_config(api, legacy, vec![loop_in(0), loop_in(1)]),
+        &[api, loops[0], loops[1]],
+    );
+
+    let ids = [
+        "7d3a4c1e-1111-4a2b-9c3d-000000000001",
+        "7d3a4c1e-1111-4a2b-9c3d-000000000002",
+        "7d3a4c1e-1111-4a2b-9c3d-000000000003",
+    ];
+    let sniffing = json!({"enabled": false, "destOverride": ["http", "tls", "quic", "fakedns"],
+                          "metadataOnly": false, "routeOnly": false});
+    let xhttp = |mode: &str| {
+        json!({"path": "/xh", "host": "", "headers": {}, "scMaxBufferedPosts": 30,
+               "scMaxEachPostBytes": "1000000", "scStreamUpServerSecs": "20-80",
+               "noSSEHeader": false, "xPaddingBytes": "100-1000", "mode": mode})
+    };
+    let inbound = |tag: &str, port: u16, id: &str, flow: &str, stream: Value| {
+        json!({"inbounds": [{"tag": tag, "listen": "127.0.0.1", "port": port, "protocol": "vless",
+            "settings": {"clients": [{"id": id, "flow": flow, "email": format!("{tag}@x"),
+                                      "limitIp": 0, "totalGB": 0, "expiryTime": 0, "enable": true}],
+                         "decryption": "none", "fallbacks": []},
+            "streamSettings": stream, "sniffing": sniffing}]})
+    };
+    let files = [
+        inbound(
+            "in-reality",
+            rport,
+            ids[0],
+            "xtls-rprx-vision",
+            json!({"network": "tcp", "security": "reality", "externalProxy": [],
+                   "realitySettings": reality_server_3xui(target),
+                   "tcpSettings": {"acceptProxyProtocol": false, "header": {"type": "none"}}}),
+        ),
+        inbound(
+            "in-xhttp-reality",
+            xport,
+            ids[1],
+            "",
+            json!({"network": "xhttp", "security": "reality", "externalProxy": [],
+                   "realitySettings": reality_server_3xui(target), "xhttpSettings": xhttp("auto")}),
+        ),
+        inbound(
+            "in-xhttp",
+            pport,
+            ids[2],
+            "",
+            json!({"network": "xhttp", "security": "none", "externalProxy": [],
+                   "xhttpSettings": xhttp("packet-up")}),
+        ),
+    ];
+    for (i, f) in files.iter().enumerate() {
+        let path = write_json(dir.path(), &format!("in{i}.json"), f);
+        let (ok, out, err) = xapi(api, &["adi", &path]);
+        assert!(ok, "adi {f}: {out}{err}\n{}", server.output());
+    }
+    for p in [rport, xport, pport] {
+        wait_listening(p, &server);
+    }
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    assert!(l.to_string().contains("in-xhttp-reality"), "{l}");
+
+    // An Xray client: one entry port per outbound.
+    let reality_client = json!({"serverName": "reality.test", "fingerprint": "chrome",
+        "publicKey": REALITY_PUBLIC, "shortId": "a1", "spiderX": "/"});
+    let entries = [free_port(), free_port(), free_port()];
+    let outs = [
+        xray_vless_out(
+            "o0",
+            rport,
+            ids[0],
+            "xtls-rprx-vision",
+            json!({"network": "raw", "security": "reality", "realitySettings": reality_client}),
+        ),
+        xray_vless_out(
+            "o1",
+            xport,
+            ids[1],
+            "",
+            json!({"network": "xhttp", "security": "reality", "realitySettings": reality_client,
+                   "xhttpSettings": {"path": "/xh", "mode": "auto"}}),
+        ),
+        xray_vless_out(
+            "o2",
+            pport,
+            ids[2],
+            "",
+            json!({"network": "xhttp", "xhttpSettings": {"path": "/xh", "mode": "packet-up"}}),
+        ),
+    ];
+    let client_cfg = json!({
+        "log": {"loglevel": "warning"},
+        "inbounds": (0..3).map(|i| json!({"tag": format!("c{i}"), "listen": "127.0.0.1",
+            "port": entries[i], "protocol": "dokodemo-door",
+            "settings": {"address": "127.0.0.1", "port": echo.port()}})).collect::<Vec<_>>(),
+        "outbounds": outs,
+        "routing": {"rules": (0..3).map(|i| json!({"inboundTag": [format!("c{i}")],
+            "outboundTag": format!("o{i}")})).collect::<Vec<_>>()}
+    });
+    let client = spawn_with_config(
+        &peer("xray"),
+        "xray",
+        &client_cfg.to_string(),
+        &["run", "-c", "{config}"],
+    );
+    for p in entries {
+        wait_listening(p, &client);
+    }
+    let data = pattern(1 << 20, 7);
+    for (i, tag) in ["in-reality", "in-xhttp-reality", "in-xhttp"]
+        .iter()
+        .enumerate()
+    {
+        let s = TcpStream::connect(("127.0.0.1", entries[i])).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let got = try_echo_through(s, &data).unwrap_or_default();
+        assert!(
+            got == data,
+            "{tag}: {} of {} bytes echoed\n{}\n{}",
+            got.len(),
+            data.len(),
+            server.output(),
+            client.output()
+        );
+        let q = xjson(
+            api,
+            &["statsquery", "-pattern", &format!("inbound>>>{tag}>>>")],
+        );
+        for (name, v) in stats_of(&q) {
+            assert!(v >= data.len() as u64, "{tag}: {name} = {v}: {q}");
+        }
+        assert_eq!(stats_of(&q).len(), 2, "{q}");
+    }
+
+    // The same REALITY and XHTTP settings as outbounds (xray api ado, as 3x-ui's AddOutbound
+    // sends them), routed to with adrules: Ferry's client carries bytes to its own inbounds.
+    let ado = json!({"outbounds": [
+        xray_vless_out("via-reality", rport, ids[0], "xtls-rprx-vision",
+            json!({"network": "raw", "security": "reality", "realitySettings": reality_client})),
+        xray_vless_out("via-xhttp-reality", xport, ids[1], "",
+            json!({"network": "xhttp", "security": "reality", "realitySettings": reality_client,
+                   "xhttpSettings": {"path": "/xh", "mode": "stream-up"}})),
+    ]});
+    let path = write_json(dir.path(), "ado.json", &ado);
+    let (ok, out, err) = xapi(api, &["ado", &path]);
+    assert!(ok, "ado: {out}{err}\n{}", server.output());
+    let path = write_json(
+        dir.path(),
+        "rules.json",
+        &json!({"routing": {"rules": [
+            {"inboundTag": ["loop0"], "outboundTag": "via-reality"},
+            {"inboundTag": ["loop1"], "outboundTag": "via-xhttp-reality"}]}}),
+    );
+    let (ok, out, err) = xapi(api, &["adrules", "-append", &path]);
+    assert!(ok, "adrules: {out}{err}");
+    for (i, tag) in ["in-reality", "in-xhttp-reality"].iter().enumerate() {
+        let s = TcpStream::connect(("127.0.0.1", loops[i])).unwrap();
+        let got = try_echo_through(s, &data).unwrap_or_default();
+        assert!(
+            got == data,
+            "through the added outbound to {tag}: {} of {} bytes\n{}",
+            got.len(),
+            data.len(),
+            server.output()
+        );
+        let q = xjson(
+            api,
+            &["statsquery", "-pattern", &format!("inbound>>>{tag}>>>")],
+        );
+        for (name, v) in stats_of(&q) {
+            assert!(v >= 2 * data.len() as u64, "{tag}: {name} = {v}: {q}");
+        }
+    }
+
+    // What Ferry does not do is refused by name, and nothing of it stays.
+    let mut bad = files[2].clone();
+    bad["inbounds"][0]["tag"] = json!("in-obfs");
+    bad["inbounds"][0]["port"] = json!(free_port());
+    bad["inbounds"][0]["streamSettings"]["xhttpSettings"]["xPaddingObfsMode"] = json!(true);
+    let path = write_json(dir.path(), "bad.json", &bad);
+    let (ok, _, err) = xapi(api, &["adi", &path]);
+    assert!(!ok && err.contains("padding obfuscation"), "{err}");
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    assert!(!l.to_string().contains("in-obfs"), "{l}");
+}
+
+/// 3x-ui edits an inbound by removing it and adding it again, same tag and port, at once:
+/// each time the port is bound again by the new inbound (the one user of the new config is
+/// served, the old config's is refused), bytes are carried exactly, and the new inbound's
+/// counters start from what it carries.
+#[test]
+fn removing_and_re_adding_an_inbound_on_the_same_port() {
+    let echo = echo_server();
+    let (api, legacy, port) = (free_port(), free_port(), free_port());
+    let server = ferry(&api_config(api, legacy, vec![]), &[api]);
+    let dir = tempdir::Dir::new("api-edit");
+    let id = |n: usize| format!("3c0a9e2b-7777-4d1e-8f00-{n:012}");
+    let inbound = |n: usize| {
+        json!({"inbounds": [{"tag": "inbound-edit", "listen": "127.0.0.1", "port": port,
+            "protocol": "vless",
+            "settings": {"clients": [{"id": id(n), "flow": "", "email": format!("user{n}@x")}],
+                         "decryption": "none", "fallbacks": []},
+            "streamSettings": {"network": "tcp", "security": "none",
+                               "tcpSettings": {"acceptProxyProtocol": false, "header": {"type": "none"}}},
+            "sniffing": {"enabled": true, "destOverride": ["http", "tls"]}}]})
+    };
+    // One Ferry client per user (a dokodemo-door entry in front of a VLESS outbound).
+    let clients: Vec<(u16, Proc)> = (0..4)
+        .map(|n| {
+            let entry = free_port();
+            let c = ferry(
+                &json!({
+                    "inbounds": [{"listen": "127.0.0.1", "port": entry, "protocol": "dokodemo-door",
+                                  "settings": {"address": "127.0.0.1", "port": echo.port()}}],
+                    "outbounds": [{"protocol": "vless", "settings": {"address": "127.0.0.1",
+                                   "port": port, "id": id(n), "encryption": "none"}}]
+                })
+                .to_string(),
+                &[entry],
+            );
+            (entry, c)
+        })
+        .collect();
+    let path = write_json(dir.path(), "in0.json", &inbound(0));
+    let (ok, out, err) = xapi(api, &["adi", &path]);
+    assert!(ok, "{out}{err}");
+    wait_listening(port, &server);
+    assert!(echoes(clients[0].0, 10_000), "{}", server.output());
+    // A connection of the first config, open across the edits.
+    let mut live = TcpStream::connect(("127.0.0.1", clients[0].0)).unwrap();
+    live.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 4];
+    live.write_all(b"ping").unwrap();
+    live.read_exact(&mut b).unwrap();
+
+    for n in 1..4 {
+        let path = write_json(dir.path(), &format!("in{n}.json"), &inbound(n));
+        let (ok, out, err) = xapi(api, &["rmi", "inbound-edit"]);
+        assert!(ok, "rmi #{n}: {out}{err}");
+        let (ok, out, err) = xapi(api, &["adi", &path]);
+        assert!(
+            ok,
+            "adi #{n} on the same port: {out}{err}\n{}",
+            server.output()
+        );
+        let data = pattern(300_000 + n, n as u64);
+        let s = TcpStream::connect(("127.0.0.1", clients[n].0)).unwrap();
+        let got = try_echo_through(s, &data).unwrap_or_default();
+        assert!(
+            got == data,
+            "edit #{n}: {} of {} bytes through the new inbound\n{}",
+            got.len(),
+            data.len(),
+            server.output()
+        );
+        assert!(
+            !echoes(clients[n - 1].0, 1000),
+            "edit #{n}: the old config's user is still served"
+        );
+        let u = xjson(api, &["inbounduser", "-tag", "inbound-edit"]);
+        assert_eq!(u["users"].as_array().map(Vec::len), Some(1), "{u}");
+        assert_eq!(u["users"][0]["email"], format!("user{n}@x"), "{u}");
+        // The relay counts a chunk just after writing it: wait a moment for the last one.
+        let want = vec![
+            (
+                format!("user>>>user{n}@x>>>traffic>>>downlink"),
+                data.len() as u64,
+            ),
+            (
+                format!("user>>>user{n}@x>>>traffic>>>uplink"),
+                data.len() as u64,
+            ),
+        ];
+        let t = Instant::now();
+        loop {
+            let q = xjson(
+                api,
+                &["statsquery", "-pattern", &format!("user>>>user{n}@x>>>")],
+            );
+            if stats_of(&q) == want {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(3), "{q}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
+    assert_eq!(l.to_string().matches("inbound-edit").count(), 1, "{l}");
+    // As in Xray, removing an inbound stops its listener, not its connections.
+    let data = pattern(100_000, 9);
+    live.write_all(&data).unwrap();
+    let mut got = vec![0u8; data.len()];
+    live.read_exact(&mut got).unwrap();
+    assert!(got == data, "the first config's live connection");
+}

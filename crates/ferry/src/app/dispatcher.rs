@@ -100,9 +100,21 @@ impl Dispatcher {
                 let picked = match rule.balancer.as_deref().and_then(|b| router.balancer(b)) {
                     Some(b) => {
                         let cands = b.candidates(table.list().iter().map(|e| &*e.tag));
-                        // No pick (and no fallbackTag): the default outbound, as in Xray.
-                        b.pick(&cands, router.observatory.as_deref())
-                            .and_then(|t| table.get(&t).cloned())
+                        // No pick (and no fallbackTag): the default outbound, as in Xray. A
+                        // pick naming no outbound (an override target, a fallbackTag) closes
+                        // the connection, as Xray's "non existing outTag" does.
+                        match b.pick(&cands, router.observatory.as_deref()) {
+                            Some(t) => match table.get(&t) {
+                                Some(e) => Some(e.clone()),
+                                None => {
+                                    return Err(io::Error::new(
+                                        io::ErrorKind::NotFound,
+                                        format!("non existing outTag: {t}"),
+                                    ))
+                                }
+                            },
+                            None => None,
+                        }
                     }
                     None => table.get(&rule.outbound).cloned(),
                 };

@@ -1,8 +1,8 @@
 //! RoutingService (`xray.app.router.command`): the calls panels make that Ferry's router can
-//! answer — TestRoute (which outbound a connection would take), AddRule (rules of an
-//! `xray.app.router.Config` as Xray v26.3 lays it out, turned into Ferry's JSON rules),
-//! ListRule and RemoveRule by `ruleTag`. The balancer calls (Ferry has no balancers yet)
-//! answer with an error naming what is missing.
+//! answer — TestRoute (which outbound a connection would take), AddRule (rules and balancers
+//! of an `xray.app.router.Config` as Xray v26.3 lays it out, turned into Ferry's JSON),
+//! ListRule and RemoveRule by `ruleTag`, and the balancer calls: GetBalancerInfo (the
+//! override target and the strategy's "principle targets") and OverrideBalancerTarget.
 
 use std::net::IpAddr;
 
@@ -76,6 +76,81 @@ struct ListRuleResponse {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
+struct GetBalancerInfoRequest {
+    #[prost(string, tag = "1")]
+    tag: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct OverrideInfo {
+    #[prost(string, tag = "2")]
+    target: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PrincipleTargetInfo {
+    #[prost(string, repeated, tag = "1")]
+    tag: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct BalancerMsg {
+    #[prost(message, optional, tag = "5")]
+    r#override: Option<OverrideInfo>,
+    #[prost(message, optional, tag = "6")]
+    principle_target: Option<PrincipleTargetInfo>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetBalancerInfoResponse {
+    #[prost(message, optional, tag = "1")]
+    balancer: Option<BalancerMsg>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct OverrideBalancerTargetRequest {
+    #[prost(string, tag = "1")]
+    balancer_tag: String,
+    #[prost(string, tag = "2")]
+    target: String,
+}
+
+/// GetBalancerInfo as Xray answers it: the override target (empty when none) and the
+/// candidates as the strategy ranks them; an unknown tag is Xray's "cannot find tag".
+fn balancer_info(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
+    let r: GetBalancerInfoRequest = decode(req)?;
+    let router = api.core.dispatcher.router.load();
+    let b = router
+        .balancer(&r.tag)
+        .ok_or_else(|| unknown("app/router: cannot find tag"))?;
+    let table = api.core.dispatcher.outbounds.load();
+    let cands = b.candidates(table.list().iter().map(|e| &*e.tag));
+    Ok(GetBalancerInfoResponse {
+        balancer: Some(BalancerMsg {
+            r#override: Some(OverrideInfo {
+                target: b.override_target(),
+            }),
+            principle_target: Some(PrincipleTargetInfo {
+                tag: b.principle_targets(&cands, router.observatory.as_deref()),
+            }),
+        }),
+    }
+    .encode_to_vec())
+}
+
+/// OverrideBalancerTarget: every later pick of the balancer is `target` (`""` clears it).
+/// Xray takes any target, even one no outbound has (connections then close).
+fn override_balancer(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
+    let r: OverrideBalancerTargetRequest = decode(req)?;
+    let router = api.core.dispatcher.router.load();
+    let b = router
+        .balancer(&r.balancer_tag)
+        .ok_or_else(|| unknown("app/router: cannot find tag"))?;
+    b.set_override(&r.target);
+    Ok(Vec::new())
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
 struct AddRuleRequest {
     #[prost(message, optional, tag = "1")]
     config: Option<super::pb::TypedMessage>,
@@ -90,8 +165,90 @@ struct RouterConfig {
     domain_strategy: i32,
     #[prost(message, repeated, tag = "2")]
     rule: Vec<RoutingRule>,
-    #[prost(bytes = "vec", repeated, tag = "3")]
-    balancing_rule: Vec<Vec<u8>>,
+    #[prost(message, repeated, tag = "3")]
+    balancing_rule: Vec<BalancingRule>,
+}
+
+/// `xray.app.router.BalancingRule`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct BalancingRule {
+    #[prost(string, tag = "1")]
+    tag: String,
+    #[prost(string, repeated, tag = "2")]
+    outbound_selector: Vec<String>,
+    #[prost(string, tag = "3")]
+    strategy: String,
+    #[prost(message, optional, tag = "4")]
+    strategy_settings: Option<super::pb::TypedMessage>,
+    #[prost(string, tag = "5")]
+    fallback_tag: String,
+}
+
+/// `xray.app.router.StrategyWeight`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StrategyWeight {
+    #[prost(bool, tag = "1")]
+    regexp: bool,
+    #[prost(string, tag = "2")]
+    r#match: String,
+    #[prost(float, tag = "3")]
+    value: f32,
+}
+
+/// `xray.app.router.StrategyLeastLoadConfig` (durations in nanoseconds).
+#[derive(Clone, PartialEq, prost::Message)]
+struct StrategyLeastLoadConfig {
+    #[prost(message, repeated, tag = "2")]
+    costs: Vec<StrategyWeight>,
+    #[prost(int64, repeated, tag = "3")]
+    baselines: Vec<i64>,
+    #[prost(int32, tag = "4")]
+    expected: i32,
+    #[prost(int64, tag = "5")]
+    max_rtt: i64,
+    #[prost(float, tag = "6")]
+    tolerance: f32,
+}
+
+/// One balancing rule as Ferry's JSON balancer object.
+fn balancer_json(b: &BalancingRule) -> Result<Value, String> {
+    let ty = b.strategy.to_ascii_lowercase();
+    let mut strategy = json!({ "type": if ty.is_empty() { "random" } else { ty.as_str() } });
+    if ty == "leastload" {
+        let m = b
+            .strategy_settings
+            .as_ref()
+            .filter(|m| m.r#type == "xray.app.router.StrategyLeastLoadConfig")
+            .ok_or("not a StrategyLeastLoadConfig")?;
+        let c = <StrategyLeastLoadConfig as Message>::decode(m.value.as_slice())
+            .map_err(|_| "proto: cannot parse invalid wire-format data".to_string())?;
+        let mut o = Map::new();
+        o.insert("expected".into(), json!(c.expected.max(0)));
+        if c.max_rtt > 0 {
+            o.insert("maxRTT".into(), json!(format!("{}ns", c.max_rtt)));
+        }
+        o.insert("tolerance".into(), json!(f64::from(c.tolerance)));
+        let baselines: Vec<String> = c
+            .baselines
+            .iter()
+            .map(|n| format!("{}ns", n.max(&0)))
+            .collect();
+        o.insert("baselines".into(), json!(baselines));
+        let costs: Vec<Value> = c
+            .costs
+            .iter()
+            .map(|w| json!({"regexp": w.regexp, "match": w.r#match, "value": f64::from(w.value)}))
+            .collect();
+        o.insert("costs".into(), json!(costs));
+        strategy["settings"] = Value::Object(o);
+    } else if !matches!(ty.as_str(), "" | "random" | "roundrobin" | "leastping") {
+        return Err("unrecognized balancer type".into());
+    }
+    let mut o = json!({"tag": b.tag, "selector": b.outbound_selector, "strategy": strategy});
+    if !b.fallback_tag.is_empty() {
+        o["fallbackTag"] = json!(b.fallback_tag);
+    }
+    Ok(o)
 }
 
 /// `xray.app.router.RoutingRule`: the conditions Ferry's router has.
@@ -192,9 +349,6 @@ fn cidrs(g: &[GeoIp], what: &str) -> Result<Option<Vec<String>>, String> {
 
 /// One rule as Ferry's JSON rule object.
 fn rule_json(r: &RoutingRule) -> Result<Value, String> {
-    if !r.balancing_tag.is_empty() {
-        return Err("balancers are not supported by Ferry yet".into());
-    }
     for (on, what) in [
         (!r.protocol.is_empty(), "protocol"),
         (!r.attributes.is_empty(), "attributes"),
@@ -209,7 +363,12 @@ fn rule_json(r: &RoutingRule) -> Result<Value, String> {
         }
     }
     let mut o = Map::new();
-    o.insert("outboundTag".into(), json!(r.tag));
+    // Xray takes the balancer when the rule names one (its `tag` is then empty).
+    if r.balancing_tag.is_empty() {
+        o.insert("outboundTag".into(), json!(r.tag));
+    } else {
+        o.insert("balancerTag".into(), json!(r.balancing_tag));
+    }
     if !r.rule_tag.is_empty() {
         o.insert("ruleTag".into(), json!(r.rule_tag));
     }
@@ -259,8 +418,9 @@ fn rule_json(r: &RoutingRule) -> Result<Value, String> {
     Ok(Value::Object(o))
 }
 
-/// Adds the rules of a router config after the running ones (`shouldAppend`), or replaces
-/// them all, as Xray does.
+/// Adds the rules and balancers of a router config after the running ones (`shouldAppend`),
+/// or replaces them all, as Xray does (a replaced balancer loses its override). Nothing
+/// changes when any of it is refused (Xray may keep half of it).
 fn add_rule(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
     let r: AddRuleRequest = decode(req)?;
     let err = |e: String| unknown(format!("app/router: failed to add rules > {e}"));
@@ -272,41 +432,69 @@ fn add_rule(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
     }
     let c = <RouterConfig as Message>::decode(cfg.value.as_slice())
         .map_err(|_| err("proto: cannot parse invalid wire-format data".into()))?;
-    if !c.balancing_rule.is_empty() {
-        return Err(err("balancers are not supported by Ferry yet".into()));
-    }
     let rules = c
         .rule
         .iter()
         .map(rule_json)
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
+    let balancers = c
+        .balancing_rule
+        .iter()
+        .map(balancer_json)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
     let table = api.core.dispatcher.outbounds.load();
     for j in &rules {
-        let t = j["outboundTag"].as_str().unwrap_or("");
-        if table.get(t).is_none() {
-            return Err(err(format!("no outbound is tagged {t:?}")));
+        if let Some(t) = j["outboundTag"].as_str() {
+            if table.get(t).is_none() {
+                return Err(err(format!("no outbound is tagged {t:?}")));
+            }
         }
     }
-    let doc = json!({ "rules": rules });
+    let doc = json!({ "rules": rules, "balancers": balancers });
     let diag = crate::config::Diagnostics::default();
+    let assets = crate::app::router::geodata::Assets::from_env();
     let parsed = crate::config::Obj::new(&doc, "routing", &diag)
-        .and_then(|o| crate::app::router::Router::parse(&o))
+        .and_then(|o| crate::app::router::Router::parse_parts(&o, &assets))
         .map_err(|e| err(e.to_string()))?;
     api.core.dispatcher.router.update(|old| {
-        let mut all = if r.should_append {
-            old.rules.clone()
+        let refuse = |e: String| (old.clone(), Err(unknown(format!("app/router: {e}"))));
+        let (mut all, mut bals) = if r.should_append {
+            (old.rules.clone(), old.balancers.clone())
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
-        all.extend(parsed.rules);
-        (
-            crate::app::router::Router::new(all, old.strategy)
-                .with_dns(old.dns.clone())
-                .keep_balancers(old),
-            (),
-        )
-    });
+        for b in &parsed.balancers {
+            if bals.iter().any(|x| x.tag == b.tag) {
+                return refuse("duplicate balancer tag".into());
+            }
+            if b.needs_observatory() && old.observatory.is_none() {
+                return refuse(format!(
+                    "balancer {:?} needs an observatory or burstObservatory (its strategy or fallbackTag reads probe results)",
+                    b.tag
+                ));
+            }
+            bals.push(b.clone());
+        }
+        for rule in &parsed.rules {
+            if let Some(t) = rule.tag.as_deref().filter(|t| !t.is_empty()) {
+                if all.iter().any(|x| x.tag.as_deref() == Some(t)) {
+                    return refuse(format!("duplicate ruleTag {t}"));
+                }
+            }
+            if let Some(b) = &rule.balancer {
+                if !bals.iter().any(|x| &x.tag == b) {
+                    return refuse(format!("balancer {b} not found"));
+                }
+            }
+            all.push(rule.clone());
+        }
+        let mut new = crate::app::router::Router::new(all, old.strategy).with_dns(old.dns.clone());
+        new.balancers = bals;
+        new.observatory = old.observatory.clone();
+        (new, Ok(()))
+    })?;
     Ok(Vec::new())
 }
 
@@ -339,16 +527,17 @@ pub async fn call(api: &Api, method: &str, req: Bytes) -> Option<Result<Vec<u8>,
                     .cloned()
                     .collect();
                 (
-                    crate::app::router::Router::new(rules, old.strategy).with_dns(old.dns.clone()),
+                    crate::app::router::Router::new(rules, old.strategy)
+                        .with_dns(old.dns.clone())
+                        .keep_balancers(old),
                     (),
                 )
             });
             Ok(Vec::new())
         }),
         "AddRule" => add_rule(api, &req),
-        "GetBalancerInfo" | "OverrideBalancerTarget" => {
-            Err(unknown("app/router/command: Ferry has no balancers yet"))
-        }
+        "GetBalancerInfo" => balancer_info(api, &req),
+        "OverrideBalancerTarget" => override_balancer(api, &req),
         "SubscribeRoutingStats" => Err(unknown("Routing statistics not enabled.")),
         _ => return None,
     })

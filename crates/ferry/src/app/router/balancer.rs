@@ -36,6 +36,8 @@ pub struct Balancer {
     pub strategy: Strategy,
     pub fallback: Option<String>,
     next: AtomicUsize,
+    /// The target set by RoutingService.OverrideBalancerTarget (empty: none).
+    forced: std::sync::RwLock<String>,
 }
 
 /// Parses a duration string (`"500ms"`, `"1s"`, `"1m30s"`); numbers are refused, as in Xray.
@@ -117,6 +119,7 @@ impl Balancer {
             strategy,
             fallback: o.str("fallbackTag")?.filter(|t| !t.is_empty()),
             next: AtomicUsize::new(0),
+            forced: Default::default(),
         })
     }
 
@@ -136,9 +139,41 @@ impl Balancer {
         v
     }
 
-    /// Picks an outbound tag (`fallbackTag` when the strategy finds none; `None` then means
-    /// the default outbound).
+    /// The override target (empty: none), as GetBalancerInfo reports it.
+    pub fn override_target(&self) -> String {
+        self.forced.read().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Sets the override target (`""` clears it): every pick returns it, whether or not it is
+    /// among the candidates or exists at all, as in Xray.
+    pub fn set_override(&self, target: &str) {
+        if let Ok(mut t) = self.forced.write() {
+            *t = target.to_string();
+        }
+    }
+
+    /// What GetBalancerInfo lists as the balancer's "principle targets", as Xray's
+    /// strategies compute them: every candidate (random, roundRobin), the one least-ping pick
+    /// (`""` when none is alive), or the least-load selection (possibly none).
+    pub fn principle_targets(&self, tags: &[&str], obs: Option<&Observatory>) -> Vec<String> {
+        let status = |t: &str| obs.and_then(|o| o.status(t));
+        match &self.strategy {
+            Strategy::Random | Strategy::RoundRobin => tags.iter().map(|t| t.to_string()).collect(),
+            Strategy::LeastPing => vec![least_ping(tags, &status).unwrap_or_default()],
+            Strategy::LeastLoad(cfg) => least_load_select(cfg, tags, &status)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+
+    /// Picks an outbound tag: the override target when one is set, else the strategy's pick
+    /// (`fallbackTag` when the strategy finds none; `None` then means the default outbound).
     pub fn pick(&self, tags: &[&str], obs: Option<&Observatory>) -> Option<String> {
+        let forced = self.override_target();
+        if !forced.is_empty() {
+            return Some(forced);
+        }
         let status = |t: &str| obs.and_then(|o| o.status(t));
         let alive = |t: &&str| status(t).is_none_or(|s| s.alive);
         let chosen: Option<String> = match &self.strategy {
@@ -157,12 +192,11 @@ impl Balancer {
                     Some(live[i % live.len()].to_string())
                 }
             }
-            Strategy::LeastPing => tags
-                .iter()
-                .filter_map(|t| status(t).filter(|s| s.alive).map(|s| (s.delay, *t)))
-                .min()
-                .map(|(_, t)| t.to_string()),
-            Strategy::LeastLoad(cfg) => least_load(cfg, tags, &status),
+            Strategy::LeastPing => least_ping(tags, &status),
+            Strategy::LeastLoad(cfg) => {
+                let chosen = least_load_select(cfg, tags, &status);
+                (!chosen.is_empty()).then(|| chosen[rand_below(chosen.len())].to_string())
+            }
         };
         chosen.or_else(|| self.fallback.clone())
     }
@@ -233,12 +267,21 @@ fn weight(cfg: &LeastLoad, tag: &str) -> f64 {
     1.0
 }
 
-fn least_load(
+/// The alive candidate with the least delay.
+fn least_ping(tags: &[&str], status: &dyn Fn(&str) -> Option<Status>) -> Option<String> {
+    tags.iter()
+        .filter_map(|t| status(t).filter(|s| s.alive).map(|s| (s.delay, *t)))
+        .min()
+        .map(|(_, t)| t.to_string())
+}
+
+/// The nodes leastLoad chooses among, best first (Xray's `selectLeastLoad`).
+fn least_load_select<'a>(
     cfg: &LeastLoad,
-    tags: &[&str],
+    tags: &[&'a str],
     status: &dyn Fn(&str) -> Option<Status>,
-) -> Option<String> {
-    let mut nodes: Vec<(f64, f64, u32, u32, &str)> = Vec::new();
+) -> Vec<&'a str> {
+    let mut nodes: Vec<(f64, f64, u32, u32, &'a str)> = Vec::new();
     for t in tags {
         let Some(s) = status(t).filter(|s| s.alive) else {
             continue;
@@ -256,7 +299,7 @@ fn least_load(
     }
     nodes.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     if nodes.is_empty() {
-        return None;
+        return Vec::new();
     }
     let want = cfg.expected.max(1);
     let count = if cfg.expected > nodes.len() {
@@ -277,10 +320,7 @@ fn least_load(
         }
         count.min(nodes.len())
     };
-    if count == 0 {
-        return None;
-    }
-    Some(nodes[rand_below(count)].4.to_string())
+    nodes[..count].iter().map(|n| n.4).collect()
 }
 
 fn rand_below(n: usize) -> usize {

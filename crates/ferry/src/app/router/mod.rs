@@ -307,6 +307,23 @@ impl Router {
 
     /// Reads `routing` with geodata files looked up in `assets`.
     pub fn parse_with(o: &Obj<'_>, assets: &Assets) -> Result<Router> {
+        let r = Self::parse_parts(o, assets)?;
+        for (i, rule) in r.rules.iter().enumerate() {
+            if let Some(t) = &rule.balancer {
+                if r.balancer(t).is_none() {
+                    return Err(ConfigError::new(
+                        format!("{}.rules[{i}].balancerTag", o.path()),
+                        format!("no balancer is tagged {t:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// Reads `routing`'s rules and balancers without checking that the balancers the rules
+    /// name are among them (the API adds rules naming balancers it already has).
+    pub fn parse_parts(o: &Obj<'_>, assets: &Assets) -> Result<Router> {
         let strategy = match o.str("domainStrategy")? {
             None => DomainStrategy::AsIs,
             Some(s) => match s.to_ascii_lowercase().replace(['_', '-'], "").as_str() {
@@ -342,16 +359,6 @@ impl Router {
             }
             balancers.push(std::sync::Arc::new(bal));
             b.finish();
-        }
-        for (i, r) in rules.iter().enumerate() {
-            if let Some(t) = &r.balancer {
-                if !balancers.iter().any(|b| &b.tag == t) {
-                    return Err(ConfigError::new(
-                        format!("{}.rules[{i}].balancerTag", o.path()),
-                        format!("no balancer is tagged {t:?}"),
-                    ));
-                }
-            }
         }
         let mut r = Router::new(rules, strategy);
         r.balancers = balancers;

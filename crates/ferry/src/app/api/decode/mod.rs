@@ -360,9 +360,10 @@ pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Erro
         "websocket" | "ws" => "ws",
         "httpupgrade" => "httpupgrade",
         "grpc" | "gun" => "grpc",
+        "splithttp" | "xhttp" => "xhttp",
         _ => {
             return Err(format!(
-                "transport/internet: transport {net:?} is not supported by Ferry yet (raw TCP, websocket, httpupgrade and grpc are)"
+                "transport/internet: transport {net:?} is not supported by Ferry yet (raw TCP, websocket, httpupgrade, grpc and splithttp/XHTTP are)"
             ))
         }
     };
@@ -372,6 +373,7 @@ pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Erro
             "" | "tcp" | "raw" => "raw",
             "websocket" | "ws" => "ws",
             "grpc" | "gun" => "grpc",
+            "splithttp" | "xhttp" => "xhttp",
             other => other,
         };
         if name != net {
@@ -386,7 +388,14 @@ pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Erro
                     if h.r#type.ends_with("headers.http.Config") {
                         let c: pb::HttpHeaderConfig = parse(&h.value)?;
                         raw.insert("header".into(), http_header(&c));
-                    } else if !h.r#type.ends_with("noop.Config") && !h.r#type.is_empty() {
+                    } else if !h.r#type.is_empty()
+                        // `header: {"type": "none"}` (3x-ui writes it) is noop.ConnectionConfig.
+                        && !matches!(
+                            h.r#type.as_str(),
+                            "xray.transport.internet.headers.noop.Config"
+                                | "xray.transport.internet.headers.noop.ConnectionConfig"
+                        )
+                    {
                         return Err(format!(
                             "transport/internet/tcp: header {} is not supported by Ferry yet",
                             h.r#type
@@ -423,6 +432,10 @@ pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Erro
                 };
                 o.insert(key.into(), j);
             }
+            "xhttp" => {
+                let c: pb::SplitHttpConfig = parse(&ts.value)?;
+                o.insert("xhttpSettings".into(), xhttp(&c, outbound)?);
+            }
             _ => {
                 let c: pb::GrpcConfig = parse(&ts.value)?;
                 o.insert(
@@ -452,6 +465,16 @@ pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Erro
             let t: pb::TlsConfig = parse(&m.value)?;
             o.insert("security".into(), json!("tls"));
             o.insert("tlsSettings".into(), tls(&t, outbound));
+        }
+        "xray.transport.internet.reality.Config" => {
+            let m = s
+                .security_settings
+                .iter()
+                .find(|m| m.r#type == s.security_type)
+                .ok_or("transport/internet: REALITY settings are missing")?;
+            let r: pb::RealityConfig = parse(&m.value)?;
+            o.insert("security".into(), json!("reality"));
+            o.insert("realitySettings".into(), reality(&r, outbound));
         }
         other => {
             return Err(format!(
@@ -490,6 +513,172 @@ pub(super) fn stream(s: &pb::StreamConfig, outbound: bool) -> Result<Value, Erro
         }
     }
     Ok(Value::Object(o))
+}
+
+/// Xray's `Int32Range` as the JSON text its config reader takes (`"from-to"`, or one number).
+fn range(r: &Option<pb::RangeConfig>) -> Option<Value> {
+    let r = (*r)?;
+    if (r.from, r.to) == (0, 0) {
+        return None;
+    }
+    Some(if r.from == r.to {
+        json!(r.from)
+    } else {
+        json!(format!("{}-{}", r.from, r.to))
+    })
+}
+
+/// `xhttpSettings` from a splithttp `Config`. `xray api` and panels send it as Xray's JSON
+/// reader built it, defaults filled in (`xPaddingKey`, placements, `xmux`): every field is
+/// passed on, and the JSON reader refuses what Ferry does not do.
+fn xhttp(c: &pb::SplitHttpConfig, outbound: bool) -> Result<Value, Error> {
+    let mut o = Map::new();
+    let mut put = |k: &str, v: Value| {
+        o.insert(k.into(), v);
+    };
+    for (k, v) in [
+        ("host", &c.host),
+        ("path", &c.path),
+        ("mode", &c.mode),
+        ("xPaddingKey", &c.x_padding_key),
+        ("xPaddingHeader", &c.x_padding_header),
+        ("xPaddingPlacement", &c.x_padding_placement),
+        ("xPaddingMethod", &c.x_padding_method),
+        ("uplinkHTTPMethod", &c.uplink_http_method),
+        ("sessionPlacement", &c.session_placement),
+        ("sessionKey", &c.session_key),
+        ("seqPlacement", &c.seq_placement),
+        ("seqKey", &c.seq_key),
+        ("uplinkDataPlacement", &c.uplink_data_placement),
+        ("uplinkDataKey", &c.uplink_data_key),
+    ] {
+        if !v.is_empty() {
+            put(k, json!(v));
+        }
+    }
+    if !c.headers.is_empty() {
+        put("headers", json!(c.headers));
+    }
+    for (k, r) in [
+        ("xPaddingBytes", &c.x_padding_bytes),
+        ("scMaxEachPostBytes", &c.sc_max_each_post_bytes),
+        ("scMinPostsIntervalMs", &c.sc_min_posts_interval_ms),
+        ("scStreamUpServerSecs", &c.sc_stream_up_server_secs),
+        ("uplinkChunkSize", &c.uplink_chunk_size),
+    ] {
+        if let Some(v) = range(r) {
+            put(k, v);
+        }
+    }
+    for (k, on) in [
+        ("noGRPCHeader", c.no_grpc_header),
+        ("noSSEHeader", c.no_sse_header),
+        ("xPaddingObfsMode", c.x_padding_obfs_mode),
+    ] {
+        if on {
+            put(k, json!(true));
+        }
+    }
+    if c.sc_max_buffered_posts != 0 {
+        put("scMaxBufferedPosts", json!(c.sc_max_buffered_posts));
+    }
+    if c.server_max_header_bytes != 0 {
+        put("serverMaxHeaderBytes", json!(c.server_max_header_bytes));
+    }
+    if let Some(x) = &c.xmux {
+        let mut m = Map::new();
+        for (k, r) in [
+            ("maxConcurrency", &x.max_concurrency),
+            ("maxConnections", &x.max_connections),
+            ("cMaxReuseTimes", &x.c_max_reuse_times),
+            ("hMaxRequestTimes", &x.h_max_request_times),
+            ("hMaxReusableSecs", &x.h_max_reusable_secs),
+        ] {
+            if let Some(v) = range(r) {
+                m.insert(k.into(), v);
+            }
+        }
+        if x.h_keep_alive_period != 0 {
+            m.insert("hKeepAlivePeriod".into(), json!(x.h_keep_alive_period));
+        }
+        if !m.is_empty() {
+            put("xmux", Value::Object(m));
+        }
+    }
+    // The download leg (clients only; Xray's servers ignore it, and so does Ferry's reader).
+    if let (Some(d), true) = (&c.download_settings, outbound) {
+        let mut j = stream(d, true)?;
+        j["address"] =
+            json!(address(&d.address).ok_or("splithttp: downloadSettings has no address")?);
+        j["port"] = json!(d.port);
+        put("downloadSettings", j);
+    }
+    Ok(Value::Object(o))
+}
+
+/// `realitySettings` from a REALITY `Config`: the server half for inbounds, the client half
+/// for outbounds (keys in base64url, short ids in hex, versions as `x.y.z`).
+fn reality(r: &pb::RealityConfig, outbound: bool) -> Value {
+    let b64 = crate::config::reality::b64;
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut o = Map::new();
+    if outbound {
+        o.insert("fingerprint".into(), json!(r.fingerprint));
+        if !r.server_name.is_empty() {
+            o.insert("serverName".into(), json!(r.server_name));
+        }
+        o.insert("password".into(), json!(b64(&r.public_key)));
+        o.insert("shortId".into(), json!(hex(&r.short_id)));
+        if !r.spider_x.is_empty() {
+            o.insert("spiderX".into(), json!(r.spider_x));
+        }
+        if !r.mldsa65_verify.is_empty() {
+            o.insert("mldsa65Verify".into(), json!(b64(&r.mldsa65_verify)));
+        }
+        return Value::Object(o);
+    }
+    if r.show {
+        o.insert("show".into(), json!(true));
+    }
+    o.insert("target".into(), json!(r.dest));
+    if !r.r#type.is_empty() {
+        o.insert("type".into(), json!(r.r#type));
+    }
+    if r.xver != 0 {
+        o.insert("xver".into(), json!(r.xver));
+    }
+    o.insert("serverNames".into(), json!(r.server_names));
+    o.insert("privateKey".into(), json!(b64(&r.private_key)));
+    let ids: Vec<String> = r.short_ids.iter().map(|i| hex(i)).collect();
+    o.insert("shortIds".into(), json!(ids));
+    for (k, v) in [
+        ("minClientVer", &r.min_client_ver),
+        ("maxClientVer", &r.max_client_ver),
+    ] {
+        if !v.is_empty() {
+            let parts: Vec<String> = v.iter().map(u8::to_string).collect();
+            o.insert(k.into(), json!(parts.join(".")));
+        }
+    }
+    if r.max_time_diff != 0 {
+        o.insert("maxTimeDiff".into(), json!(r.max_time_diff));
+    }
+    if !r.mldsa65_seed.is_empty() {
+        o.insert("mldsa65Seed".into(), json!(b64(&r.mldsa65_seed)));
+    }
+    for (k, l) in [
+        ("limitFallbackUpload", &r.limit_fallback_upload),
+        ("limitFallbackDownload", &r.limit_fallback_download),
+    ] {
+        if let Some(l) = l {
+            o.insert(
+                k.into(),
+                json!({"afterBytes": l.after_bytes, "bytesPerSec": l.bytes_per_sec,
+                       "burstBytesPerSec": l.burst_bytes_per_sec}),
+            );
+        }
+    }
+    Value::Object(o)
 }
 
 fn tls(t: &pb::TlsConfig, outbound: bool) -> Value {
@@ -634,6 +823,98 @@ mod tests {
             ..Default::default()
         };
         assert!(stream(&quic, false).unwrap_err().contains("not supported"));
+    }
+
+    #[test]
+    fn reality_and_splithttp_become_stream_settings() {
+        let reality = pb::RealityConfig {
+            dest: "example.com:443".into(),
+            r#type: "tcp".into(),
+            server_names: vec!["example.com".into()],
+            private_key: (1..=32).collect(),
+            min_client_ver: vec![1, 8, 0],
+            short_ids: vec![vec![0x01, 0x23, 0, 0, 0, 0, 0, 0], vec![0; 8]],
+            max_time_diff: 60_000,
+            limit_fallback_upload: Some(pb::LimitFallback {
+                after_bytes: 1,
+                bytes_per_sec: 2,
+                burst_bytes_per_sec: 3,
+            }),
+            ..Default::default()
+        };
+        let split = pb::SplitHttpConfig {
+            path: "/x".into(),
+            mode: "packet-up".into(),
+            x_padding_bytes: Some(pb::RangeConfig {
+                from: 100,
+                to: 1000,
+            }),
+            sc_max_buffered_posts: 30,
+            x_padding_placement: "queryInHeader".into(),
+            uplink_data_placement: "auto".into(),
+            xmux: Some(pb::XmuxConfig {
+                max_concurrency: Some(pb::RangeConfig { from: 1, to: 1 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = pb::StreamConfig {
+            protocol_name: "splithttp".into(),
+            transport_settings: vec![pb::TransportConfig {
+                protocol: 0,
+                protocol_name: "splithttp".into(),
+                settings: Some(pb::TypedMessage::of(
+                    "xray.transport.internet.splithttp.Config",
+                    &split,
+                )),
+            }],
+            security_type: "xray.transport.internet.reality.Config".into(),
+            security_settings: vec![pb::TypedMessage::of(
+                "xray.transport.internet.reality.Config",
+                &reality,
+            )],
+            ..Default::default()
+        };
+        let j = stream(&s, false).unwrap();
+        assert_eq!(j["network"], "xhttp");
+        assert_eq!(j["security"], "reality");
+        let x = &j["xhttpSettings"];
+        assert_eq!(
+            (&x["path"], &x["mode"], &x["xPaddingBytes"]),
+            (&json!("/x"), &json!("packet-up"), &json!("100-1000"))
+        );
+        assert_eq!(x["scMaxBufferedPosts"], 30);
+        assert_eq!(x["xmux"]["maxConcurrency"], 1);
+        let r = &j["realitySettings"];
+        assert_eq!(r["target"], "example.com:443");
+        assert_eq!(
+            r["privateKey"],
+            "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA"
+        );
+        assert_eq!(
+            r["shortIds"],
+            json!(["0123000000000000", "0000000000000000"])
+        );
+        assert_eq!(r["minClientVer"], "1.8.0");
+        assert_eq!(r["maxTimeDiff"], 60_000);
+        assert_eq!(r["limitFallbackUpload"]["burstBytesPerSec"], 3);
+        // The same message read for an outbound: the client half.
+        let client = pb::RealityConfig {
+            fingerprint: "chrome".into(),
+            server_name: "example.com".into(),
+            public_key: vec![7; 32],
+            short_id: vec![0xab, 0, 0, 0, 0, 0, 0, 0],
+            ..Default::default()
+        };
+        let mut s = s;
+        s.security_settings = vec![pb::TypedMessage::of(
+            "xray.transport.internet.reality.Config",
+            &client,
+        )];
+        let r = &stream(&s, true).unwrap()["realitySettings"];
+        assert_eq!(r["password"], crate::config::reality::b64(&[7; 32]));
+        assert_eq!(r["shortId"], "ab00000000000000");
+        assert_eq!(r["serverName"], "example.com");
     }
 
     #[test]

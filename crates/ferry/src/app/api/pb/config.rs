@@ -175,6 +175,149 @@ pub struct WsConfig {
     pub heartbeat_period: u32,
 }
 
+/// `xray.transport.internet.reality.Config` (server fields 1–13, client fields 21–27).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RealityConfig {
+    #[prost(bool, tag = "1")]
+    pub show: bool,
+    #[prost(string, tag = "2")]
+    pub dest: String,
+    #[prost(string, tag = "3")]
+    pub r#type: String,
+    #[prost(uint64, tag = "4")]
+    pub xver: u64,
+    #[prost(string, repeated, tag = "5")]
+    pub server_names: Vec<String>,
+    #[prost(bytes = "vec", tag = "6")]
+    pub private_key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "7")]
+    pub min_client_ver: Vec<u8>,
+    #[prost(bytes = "vec", tag = "8")]
+    pub max_client_ver: Vec<u8>,
+    #[prost(uint64, tag = "9")]
+    pub max_time_diff: u64,
+    #[prost(bytes = "vec", repeated, tag = "10")]
+    pub short_ids: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", tag = "11")]
+    pub mldsa65_seed: Vec<u8>,
+    #[prost(message, optional, tag = "12")]
+    pub limit_fallback_upload: Option<LimitFallback>,
+    #[prost(message, optional, tag = "13")]
+    pub limit_fallback_download: Option<LimitFallback>,
+    #[prost(string, tag = "21")]
+    pub fingerprint: String,
+    #[prost(string, tag = "22")]
+    pub server_name: String,
+    #[prost(bytes = "vec", tag = "23")]
+    pub public_key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "24")]
+    pub short_id: Vec<u8>,
+    #[prost(bytes = "vec", tag = "25")]
+    pub mldsa65_verify: Vec<u8>,
+    #[prost(string, tag = "26")]
+    pub spider_x: String,
+    #[prost(int64, repeated, tag = "27")]
+    pub spider_y: Vec<i64>,
+    #[prost(string, tag = "31")]
+    pub master_key_log: String,
+}
+
+/// `xray.transport.internet.reality.LimitFallback`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LimitFallback {
+    #[prost(uint64, tag = "1")]
+    pub after_bytes: u64,
+    #[prost(uint64, tag = "2")]
+    pub bytes_per_sec: u64,
+    #[prost(uint64, tag = "3")]
+    pub burst_bytes_per_sec: u64,
+}
+
+/// `xray.transport.internet.splithttp.RangeConfig`.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct RangeConfig {
+    #[prost(int32, tag = "1")]
+    pub from: i32,
+    #[prost(int32, tag = "2")]
+    pub to: i32,
+}
+
+/// `xray.transport.internet.splithttp.XmuxConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct XmuxConfig {
+    #[prost(message, optional, tag = "1")]
+    pub max_concurrency: Option<RangeConfig>,
+    #[prost(message, optional, tag = "2")]
+    pub max_connections: Option<RangeConfig>,
+    #[prost(message, optional, tag = "3")]
+    pub c_max_reuse_times: Option<RangeConfig>,
+    #[prost(message, optional, tag = "4")]
+    pub h_max_request_times: Option<RangeConfig>,
+    #[prost(message, optional, tag = "5")]
+    pub h_max_reusable_secs: Option<RangeConfig>,
+    #[prost(int64, tag = "6")]
+    pub h_keep_alive_period: i64,
+}
+
+/// `xray.transport.internet.splithttp.Config` (XHTTP).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SplitHttpConfig {
+    #[prost(string, tag = "1")]
+    pub host: String,
+    #[prost(string, tag = "2")]
+    pub path: String,
+    #[prost(string, tag = "3")]
+    pub mode: String,
+    #[prost(map = "string, string", tag = "4")]
+    pub headers: HashMap<String, String>,
+    #[prost(message, optional, tag = "5")]
+    pub x_padding_bytes: Option<RangeConfig>,
+    #[prost(bool, tag = "6")]
+    pub no_grpc_header: bool,
+    #[prost(bool, tag = "7")]
+    pub no_sse_header: bool,
+    #[prost(message, optional, tag = "8")]
+    pub sc_max_each_post_bytes: Option<RangeConfig>,
+    #[prost(message, optional, tag = "9")]
+    pub sc_min_posts_interval_ms: Option<RangeConfig>,
+    #[prost(int64, tag = "10")]
+    pub sc_max_buffered_posts: i64,
+    #[prost(message, optional, tag = "11")]
+    pub sc_stream_up_server_secs: Option<RangeConfig>,
+    #[prost(message, optional, tag = "12")]
+    pub xmux: Option<XmuxConfig>,
+    #[prost(message, optional, boxed, tag = "13")]
+    pub download_settings: Option<Box<StreamConfig>>,
+    #[prost(bool, tag = "14")]
+    pub x_padding_obfs_mode: bool,
+    #[prost(string, tag = "15")]
+    pub x_padding_key: String,
+    #[prost(string, tag = "16")]
+    pub x_padding_header: String,
+    #[prost(string, tag = "17")]
+    pub x_padding_placement: String,
+    #[prost(string, tag = "18")]
+    pub x_padding_method: String,
+    #[prost(string, tag = "19")]
+    pub uplink_http_method: String,
+    #[prost(string, tag = "20")]
+    pub session_placement: String,
+    #[prost(string, tag = "21")]
+    pub session_key: String,
+    #[prost(string, tag = "22")]
+    pub seq_placement: String,
+    #[prost(string, tag = "23")]
+    pub seq_key: String,
+    #[prost(string, tag = "24")]
+    pub uplink_data_placement: String,
+    #[prost(string, tag = "25")]
+    pub uplink_data_key: String,
+    #[prost(message, optional, tag = "26")]
+    pub uplink_chunk_size: Option<RangeConfig>,
+    #[prost(int32, tag = "27")]
+    pub server_max_header_bytes: i32,
+}
+
 /// `xray.transport.internet.grpc.encoding.Config`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct GrpcConfig {
