@@ -148,6 +148,11 @@ impl Decoder {
     }
 
     /// `n` payload bytes (at most what [`Step::Data`] said) were taken from the front.
+    /// Payload bytes of the current data field still to come (0 between fields).
+    pub fn payload_left(&self) -> usize {
+        self.field_left
+    }
+
     pub fn consume(&mut self, n: usize) {
         self.field_left -= n;
         self.msg_left -= n;

@@ -28,6 +28,9 @@ use crate::session::{ConnInfo, Endpoint};
 
 /// The most payload one written message carries.
 const MAX_WRITE: usize = 64 * 1024;
+/// Bytes moved at a time from a DATA frame to the header parser: a gun message header (5), the
+/// field tag and its length varint (up to 11) fit.
+const HEADER_PEEK: usize = 16;
 /// HTTP/2 windows: large, as Go's transport and clash-rs set them, so one call is not held
 /// back by flow control on a fast link.
 pub(crate) const STREAM_WINDOW: u32 = 4 << 20;
@@ -127,7 +130,10 @@ enum RecvState {
 /// One gRPC call as a byte stream.
 pub struct GrpcStream {
     recv: RecvState,
+    /// Message and field headers being parsed (a few bytes at a time from `cur`).
     rbuf: BytesMut,
+    /// The DATA frame being read: payload is copied from here straight to the reader.
+    cur: Bytes,
     dec: gun::Decoder,
     send: SendStream<Bytes>,
     /// A framed message not yet (all) handed to HTTP/2.
@@ -141,12 +147,25 @@ impl GrpcStream {
         GrpcStream {
             recv,
             rbuf: BytesMut::new(),
+            cur: Bytes::new(),
             dec: gun::Decoder::default(),
             send,
             wbuf: Bytes::new(),
             server,
             shut: false,
         }
+    }
+
+    /// Inside a data field: copies what the current frame holds of it straight to the reader.
+    fn payload_from_frame(&mut self, out: &mut ReadBuf<'_>) {
+        let take = self
+            .dec
+            .payload_left()
+            .min(self.cur.len())
+            .min(out.remaining());
+        out.put_slice(&self.cur[..take]);
+        self.cur.advance(take);
+        self.dec.consume(take);
     }
 
     /// Hands the pending message to HTTP/2 as its flow control allows.
@@ -206,18 +225,29 @@ impl AsyncRead for GrpcStream {
                     out.put_slice(&me.rbuf[..take]);
                     me.rbuf.advance(take);
                     me.dec.consume(take);
+                    // The rest of the field that is already here comes in the same read.
+                    if me.rbuf.is_empty() {
+                        me.payload_from_frame(out);
+                    }
                     return Poll::Ready(Ok(()));
                 }
                 Ok(gun::Step::More) => {}
             }
+            if !me.cur.is_empty() {
+                if me.rbuf.is_empty() && me.dec.payload_left() > 0 {
+                    me.payload_from_frame(out);
+                    return Poll::Ready(Ok(()));
+                }
+                // Headers: a few bytes at a time into `rbuf` for the decoder.
+                let k = me.cur.len().min(HEADER_PEEK);
+                me.rbuf.extend_from_slice(&me.cur[..k]);
+                me.cur.advance(k);
+                continue;
+            }
             match ready!(body.poll_data(cx)) {
                 Some(Ok(chunk)) => {
                     let _ = body.flow_control().release_capacity(chunk.len());
-                    if me.rbuf.is_empty() {
-                        me.rbuf = BytesMut::from(chunk);
-                    } else {
-                        me.rbuf.extend_from_slice(&chunk);
-                    }
+                    me.cur = chunk;
                 }
                 Some(Err(e)) => {
                     // The peer cancelling after it is done is its way to close.
@@ -229,7 +259,7 @@ impl AsyncRead for GrpcStream {
                 }
                 None => {
                     me.recv = RecvState::Done;
-                    if !me.dec.at_boundary() || !me.rbuf.is_empty() {
+                    if !me.dec.at_boundary() || !me.rbuf.is_empty() || !me.cur.is_empty() {
                         return Poll::Ready(Err(io::Error::new(
                             io::ErrorKind::UnexpectedEof,
                             "gRPC: the call ended inside a message",
