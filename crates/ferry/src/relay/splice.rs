@@ -12,6 +12,9 @@ use super::{add, pool};
 use crate::common::sys;
 use crate::transport::RawSocket;
 
+/// Bytes read at a time when no pipe can be had.
+const COPY_ROUND: usize = 16 * 1024;
+
 /// One direction of the splice path as a small state machine (polled, so an idle connection
 /// keeps no readiness futures): bytes go socket -> pipe -> socket; the pipe is taken from the
 /// thread's pool when the socket has bytes and given back, empty, when it has none.
@@ -44,22 +47,23 @@ impl SpliceDir {
         activity: &Activity,
     ) -> Poll<io::Result<()>> {
         use std::os::fd::AsRawFd;
-        while !self.pending.is_empty() {
-            match to.try_write(&self.pending) {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Ok(n) => {
-                    self.pending.advance(n);
-                    *total += n as u64;
-                    add(counters, n);
-                    activity.touch();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(to.poll_write_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
         loop {
+            if !self.pending.is_empty() {
+                match to.try_write(&self.pending) {
+                    Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Ok(n) => {
+                        self.pending.advance(n);
+                        *total += n as u64;
+                        add(counters, n);
+                        activity.touch();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        ready!(to.poll_write_ready(cx))?;
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+                continue;
+            }
             if self.left > 0 {
                 let pr = match &self.pipe {
                     Some(p) => p.get().read.as_raw_fd(),
@@ -82,7 +86,20 @@ impl SpliceDir {
             ready!(from.poll_read_ready(cx))?;
             let pw = match &self.pipe {
                 Some(p) => p.get().write.as_raw_fd(),
-                None => self.pipe.insert(pool::take_pipe()?).get().write.as_raw_fd(),
+                None => match pool::take_pipe() {
+                    Ok(p) => self.pipe.insert(p).get().write.as_raw_fd(),
+                    // No descriptor left for a pipe (EMFILE): these bytes go through a buffer,
+                    // and the connection lives on.
+                    Err(_) => match self.copy_round(from) {
+                        Ok(true) => continue,
+                        Ok(false) => {
+                            to.shutdown_write()?;
+                            return Poll::Ready(Ok(()));
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    },
+                },
             };
             // The pipe is empty here, so WouldBlock can only mean the socket has nothing to read.
             match from.try_read_io(|| sys::splice(from.fd(), pw, pool::PIPE_SIZE)) {
@@ -97,6 +114,23 @@ impl SpliceDir {
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
+    }
+
+    /// Reads what `from` has into `pending` (written next) without a pipe: `Ok(false)` at its
+    /// end.
+    fn copy_round(&mut self, from: RawSocket<'_>) -> io::Result<bool> {
+        let mut b = pool::take(COPY_ROUND);
+        let r = from.try_read(&mut b);
+        let out = match r {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.pending = Bytes::copy_from_slice(&b[..n]);
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        };
+        pool::put(b);
+        out
     }
 
     /// Returns the pipe to the pool if it is empty (one holding bytes is closed on drop).
