@@ -30,6 +30,8 @@ const MAX_HELLO: usize = 16 * 1024;
 const MAX_FLIGHT: usize = 8192;
 /// An encrypted record of the target longer than this is the whole flight in one record.
 const COMBINED: usize = 512;
+/// A target quiet this long after sending whole records has sent its first flight.
+const FLIGHT_QUIET: Duration = Duration::from_secs(1);
 /// The longest an accept may take. There is no handshake timeout: as with Xray, the target
 /// ends a stranger's connection when it would end it (a silent or cut ClientHello, a
 /// handshake left unfinished), and the prober sees the target's timing; this only bounds a
@@ -294,6 +296,18 @@ pub enum FlightError {
 impl TargetFlight {
     /// Parses what the target sent so far: `Ok(None)` while more is needed.
     pub fn parse(b: &[u8]) -> Result<Option<TargetFlight>, FlightError> {
+        Self::parse_at(b, false)
+    }
+
+    /// As [`TargetFlight::parse`], for a target that went quiet: one encrypted record that ends
+    /// what it sent is its whole flight, however short (rustls with a small certificate sends
+    /// EncryptedExtensions..Finished in one record of a few hundred bytes, under Xray's 512-byte
+    /// rule, and then waits for the client).
+    pub fn parse_quiet(b: &[u8]) -> Result<Option<TargetFlight>, FlightError> {
+        Self::parse_at(b, true)
+    }
+
+    fn parse_at(b: &[u8], quiet: bool) -> Result<Option<TargetFlight>, FlightError> {
         use FlightError::*;
         let Some(n0) = record::complete(b) else {
             if b.len() >= 5
@@ -339,7 +353,7 @@ impl TargetFlight {
             }
             lengths.push(n);
             at += n;
-            if lengths.len() == 1 && n > COMBINED {
+            if lengths.len() == 1 && (n > COMBINED || (quiet && at == b.len())) {
                 combined = true;
                 break;
             }
@@ -695,6 +709,7 @@ impl Server {
 
         // The target's first flight.
         let mut s2c = Vec::with_capacity(MAX_FLIGHT);
+        let mut quiet_checked = false;
         let flight = loop {
             match TargetFlight::parse(&s2c) {
                 Ok(Some(f)) => break f,
@@ -712,7 +727,22 @@ impl Server {
             }
             let at = s2c.len();
             s2c.resize(MAX_FLIGHT, 0);
-            let n = target.read(&mut s2c[at..]).await?;
+            let read = target.read(&mut s2c[at..]);
+            let n = match quiet_checked {
+                true => read.await?,
+                false => match tokio::time::timeout(FLIGHT_QUIET, read).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        // The target went quiet: what it sent may be its whole flight.
+                        quiet_checked = true;
+                        s2c.truncate(at);
+                        if let Ok(Some(f)) = TargetFlight::parse_quiet(&s2c) {
+                            break f;
+                        }
+                        continue;
+                    }
+                },
+            };
             s2c.truncate(at + n);
             if n == 0 {
                 return Err(closed("target closed during its handshake".into()));
@@ -986,6 +1016,22 @@ mod tests {
         }
         assert!(b.is_empty());
         v
+    }
+
+    #[test]
+    fn a_short_combined_flight_is_whole_once_the_target_is_quiet() {
+        let ch = hello("reality.test", [26, 7, 28], 0, [0; 8]);
+        // One encrypted record of 480 bytes (rustls with a small certificate).
+        let t = target_flight(&ch, &[480], None);
+        assert!(matches!(TargetFlight::parse(&t), Ok(None)));
+        let f = TargetFlight::parse_quiet(&t).unwrap().unwrap();
+        assert!(f.combined);
+        assert_eq!(f.lengths.len(), 1);
+        // Quiet in the middle of a record is still not a flight.
+        assert!(matches!(
+            TargetFlight::parse_quiet(&t[..t.len() - 1]),
+            Ok(None)
+        ));
     }
 
     #[test]
