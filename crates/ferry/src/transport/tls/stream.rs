@@ -28,6 +28,7 @@ use super::capture::{self, Secrets};
 use super::OuterTls;
 use crate::relay::pool;
 use crate::transport::tls13::keys::Suite;
+use crate::transport::tls13::stream::poll_read_under;
 use crate::transport::tls13::{Direction, Tls13Stream};
 use crate::transport::{BoxStream, RawSocket, Stream};
 
@@ -359,15 +360,7 @@ where
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if !self.direct_read {
-            return Pin::new(&mut self.io).poll_read(cx, buf);
-        }
-        let Some(sock) = self.io.socket() else {
-            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-        };
-        let n = ready!(sock.poll_read_into(cx, buf.initialize_unfilled()))?;
-        buf.advance(n);
-        Poll::Ready(Ok(()))
+        poll_read_under(&mut self.io, self.direct_read, cx, buf)
     }
 
     fn release_idle(&mut self) {

@@ -390,16 +390,27 @@ impl Tls13Stream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if !self.direct_read {
-            return Pin::new(&mut self.io).poll_read(cx, buf);
-        }
-        let Some(sock) = self.io.socket() else {
-            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-        };
-        let n = ready!(sock.poll_read_into(cx, buf.initialize_unfilled()))?;
-        buf.advance(n);
-        Poll::Ready(Ok(()))
+        poll_read_under(&mut self.io, self.direct_read, cx, buf)
     }
+}
+
+/// After TLS stopped in the read direction: reads the stream under it as it is, from its socket
+/// directly when `direct_read` (the stream handed its read side over).
+pub(crate) fn poll_read_under(
+    io: &mut BoxStream,
+    direct_read: bool,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    if !direct_read {
+        return Pin::new(io).poll_read(cx, buf);
+    }
+    let Some(sock) = io.socket() else {
+        return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+    };
+    let n = ready!(sock.poll_read_into(cx, buf.initialize_unfilled()))?;
+    buf.advance(n);
+    Poll::Ready(Ok(()))
 }
 
 fn invalid(msg: &str) -> io::Error {
