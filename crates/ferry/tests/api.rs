@@ -759,46 +759,14 @@ fn xray_api_adds_reality_and_xhttp_inbounds() {
     let g = ferry::transport::tls::generate_self_signed(&["reality.test".to_string()], 2).unwrap();
     std::fs::write(dir.path().join("cert.pem"), &g.cert_pem).unwrap();
     std::fs::write(dir.path().join("key.pem"), &g.key_pem).unwrap();
-    let nginx_conf = format!(
-        r#"user root;
-master_process off;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 64; }}
-http {{
-    access_log {d}/access.log;
-    client_body_temp_path {d}/t-body;
-    proxy_temp_path {d}/t-proxy;
-    fastcgi_temp_path {d}/t-fastcgi;
-    uwsgi_temp_path {d}/t-uwsgi;
-    scgi_temp_path {d}/t-scgi;
-    client_header_timeout 2s;
-    server {{
-        listen 127.0.0.1:{target} ssl http2;
-        server_name reality.test;
-        ssl_certificate {d}/cert.pem;
-        ssl_certificate_key {d}/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location / {{ return 200 "target\n"; }}
-    }}
-}}
-"#,
-        d = dir.path().display()
+    let site = tls_site(
+        target,
+        "reality.test",
+        &dir.path().join("cert.pem"),
+        &dir.path().join("key.pem"),
+        "target",
     );
-    let nginx = spawn_with_config(
-        &peer("nginx"),
-        "nginx",
-        &nginx_conf,
-        &[
-            "-p",
-            dir.path().to_str().unwrap(),
-            "-c",
-            "{config}",
-            "-g",
-            "daemon off;",
-        ],
-    );
-    wait_listening(target, &nginx);
+    let _nginx = nginx(dir.path(), Nginx::Http(&site), &[target]);
     // Two entries for the outbounds added below (Ferry as the REALITY client of itself).
     let loops = [free_port(), free_port()];
     let loop_in = |i: usize| {

@@ -20,21 +20,8 @@ fn ferry_bin() -> &'static Path {
 /// `pp1`/`pp2` a server that expects a PROXY header and answers with the address it carried.
 fn nginx(d: &Path, tcp: u16, h2: u16, pp: u16) -> Proc {
     let sock = d.join("nginx.sock");
-    let conf = format!(
-        r#"user root;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    access_log {dir}/access.log;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    default_type text/plain;
-    server {{ listen 127.0.0.1:{tcp}; location / {{ return 200 "site-tcp $request_uri\n"; }} }}
+    let servers = format!(
+        r#"    server {{ listen 127.0.0.1:{tcp}; location / {{ return 200 "site-tcp $request_uri\n"; }} }}
     server {{ listen unix:{sock}; location / {{ return 200 "site-unix $request_uri\n"; }} }}
     server {{ listen 127.0.0.1:{h2} http2; location / {{ return 200 "site-h2 $server_protocol\n"; }} }}
     server {{
@@ -42,29 +29,10 @@ http {{
         set_real_ip_from 127.0.0.0/8;
         real_ip_header proxy_protocol;
         location / {{ return 200 "client $remote_addr\n"; }}
-    }}
-}}
-"#,
-        dir = d.display(),
+    }}"#,
         sock = sock.display()
     );
-    let p = spawn_with_config(
-        &peer("nginx"),
-        "nginx",
-        &conf,
-        &[
-            "-p",
-            d.to_str().unwrap(),
-            "-c",
-            "{config}",
-            "-g",
-            "daemon off;",
-        ],
-    );
-    for port in [tcp, h2, pp] {
-        wait_listening(port, &p);
-    }
-    p
+    common::nginx(d, common::Nginx::Http(&servers), &[tcp, h2, pp])
 }
 
 fn cert(dir: &Path) -> (String, String, String) {
@@ -240,6 +208,79 @@ fn the_proxy_path_works_beside_the_fallback_on_one_port() {
     assert_eq!(
         curl("ferry.test", vl, "/unix", &["--http1.1"]),
         "site-unix /unix"
+    );
+}
+
+/// A fallback whose destination is an inbound of the same Ferry (a TCP port, or an abstract
+/// socket) is handed to it in-process; with `xver` the inbound's acceptProxyProtocol reads the
+/// header as from a socket, so it sees (and logs) the client's own address; a removed port's
+/// fallback still dials (and finds nothing).
+#[test]
+fn a_fallback_to_an_own_inbound_goes_in_process_with_its_proxy_header() {
+    let d = tempdir::Dir::new("fallbacks-local");
+    let (tcp, h2, pp, tj, fwd) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let _n = nginx(d.path(), tcp, h2, pp);
+    let c = cert(d.path());
+    let n = std::process::id();
+    let fbs = format!(
+        r#"[{{"dest":{fwd},"xver":1}},
+            {{"path":"/abs","dest":"@ferry-local-{n}","xver":2}},
+            {{"path":"/plain","dest":"127.0.0.1:{fwd}"}}]"#
+    );
+    // Two dokodemo inbounds forwarding to nginx's plain site: one on a TCP port, one on an
+    // abstract socket, both reading PROXY headers.
+    let fwd_in = |listen: String, tag: &str| {
+        format!(
+            r#"{{"tag":"{tag}",{listen},"protocol":"dokodemo-door",
+                "settings":{{"address":"127.0.0.1","port":{tcp},"network":"tcp"}},
+                "streamSettings":{{"tcpSettings":{{"acceptProxyProtocol":true}}}}}}"#
+        )
+    };
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],
+            "outbounds":[{{"tag":"direct","protocol":"freedom"}}]}}"#,
+        inbound("trojan", tj, &c, &fbs),
+        fwd_in(format!(r#""listen":"127.0.0.1","port":{fwd}"#), "fwd-tcp"),
+        fwd_in(format!(r#""listen":"@ferry-local-{n}""#), "fwd-abs"),
+    );
+    let f = ferry(&cfg, &[tj, fwd]);
+    let from = ["--http1.1", "--interface", "127.0.0.7"];
+    assert_eq!(
+        curl("ferry.test", tj, "/", &from),
+        "site-tcp /",
+        "{}",
+        f.output()
+    );
+    assert_eq!(
+        curl("ferry.test", tj, "/abs", &from),
+        "site-tcp /abs",
+        "{}",
+        f.output()
+    );
+    let log = f.output();
+    assert_eq!(log.matches("(in-process)").count(), 2, "{log}");
+    // The inbounds behind saw the client's address from the PROXY headers, not loopback (their
+    // access lines: `from 127.0.0.7:PORT accepted tcp:... [fwd-tcp >> direct]`).
+    for tag in ["fwd-tcp", "fwd-abs"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&format!("[{tag} >> direct]")) && l.contains("from 127.0.0.7:")),
+            "{tag} did not see the client's address\n{log}"
+        );
+    }
+    // Without xver the header is not there, and the inbound (still expecting one) refuses the
+    // connection as it would refuse a dialed one: curl gets nothing.
+    assert_eq!(
+        curl("ferry.test", tj, "/plain", &from),
+        "",
+        "{}",
+        f.output()
     );
 }
 

@@ -115,48 +115,6 @@ fn singbox_transport(proto: Proto) -> &'static str {
 // ---------------------------------------------------------------------------------------
 // Processes
 
-/// Whether something listens on 127.0.0.1:port, from /proc/net/tcp (no probe connection: a
-/// connection to a REALITY server is a probe and reaches the target).
-fn listening(port: u16) -> bool {
-    let Ok(t) = std::fs::read_to_string("/proc/net/tcp") else {
-        return TcpStream::connect(("127.0.0.1", port)).is_ok();
-    };
-    t.lines().skip(1).any(|line| {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        cols.len() > 3
-            && cols[3] == "0A"
-            && cols[1]
-                .rsplit_once(':')
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
-                == Some(port)
-    })
-}
-
-/// Waits until `p` listens on every port; fails at once (with its output) when it exited,
-/// e.g. on a config it refuses.
-fn up(mut p: Proc, ports: &[u16]) -> Proc {
-    let t = Instant::now();
-    for &port in ports {
-        while !listening(port) {
-            if let Some(st) = p.child.try_wait().unwrap() {
-                panic!(
-                    "{} exited ({st}) before listening on {port}\n{}",
-                    p.name,
-                    p.output()
-                );
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "{} never listened on {port}\n{}",
-                p.name,
-                p.output()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    p
-}
-
 /// `FERRY_REALITY_STANDIN=xray` runs Xray wherever a case says Ferry: a check of the harness
 /// itself (every Ferry case then passes but the replay one, as Xray keeps no replay cache).
 fn real(imp: Imp) -> Imp {
@@ -233,58 +191,18 @@ impl Target {
 
     fn start(&mut self) {
         let d = self.dir.path();
-        // client_header_timeout: nginx drops a connection that sent no request 2 s after the
-        // handshake (the default is 60 s), which ends Xray's post-handshake record probe.
-        // master_process off: one process, which the test's kill on drop ends (a master
-        // killed with SIGKILL leaves its workers running).
-        let conf = format!(
-            r#"user root;
-master_process off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 512; }}
-http {{
-    access_log {dir}/access.log;
-    client_body_temp_path {dir}/t-body;
-    proxy_temp_path {dir}/t-proxy;
-    fastcgi_temp_path {dir}/t-fastcgi;
-    uwsgi_temp_path {dir}/t-uwsgi;
-    scgi_temp_path {dir}/t-scgi;
-    default_type text/plain;
-    client_header_timeout 2s;
-    server {{
-        listen 127.0.0.1:{port} ssl http2;
-        server_name {SNI};
-        ssl_certificate {dir}/cert.pem;
-        ssl_certificate_key {dir}/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location / {{ return 200 "{PAGE}\n"; }}
-    }}
-}}
-"#,
-            dir = d.display(),
-            port = self.port
+        let server = tls_site(
+            self.port,
+            SNI,
+            &d.join("cert.pem"),
+            &d.join("key.pem"),
+            PAGE,
         );
-        let p = spawn_with_config(
-            &peer("nginx"),
-            "nginx",
-            &conf,
-            &[
-                "-p",
-                d.to_str().unwrap(),
-                "-c",
-                "{config}",
-                "-g",
-                "daemon off;",
-            ],
-        );
-        self.proc = Some(up(p, &[self.port]));
+        self.proc = Some(nginx(d, Nginx::Http(&server), &[self.port]));
     }
 
     fn logs(&self) -> String {
-        let err = std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
-        let acc = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
-        format!("--- nginx error.log\n{err}--- nginx access.log\n{acc}")
+        nginx_logs(self.dir.path())
     }
 }
 

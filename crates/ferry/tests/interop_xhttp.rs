@@ -76,8 +76,6 @@ const SHORT_ID: &str = "0123456789abcdef";
 const TARGET_PAGE: &str = "reality target page";
 const SITE_PAGE: &str = "<html><body>an ordinary website</body></html>\n";
 const BIG: usize = 50 << 20;
-/// How long a process may take to listen.
-const START: Duration = Duration::from_secs(20);
 
 fn big() -> usize {
     std::env::var("FERRY_XHTTP_BYTES")
@@ -145,48 +143,6 @@ fn real(imp: Imp) -> Imp {
 // ---------------------------------------------------------------------------------------
 // Processes
 
-/// Whether something listens on 127.0.0.1:port, from /proc/net/tcp (no probe connection: a
-/// connection to a REALITY server is a probe and reaches the target).
-fn listening(port: u16) -> bool {
-    let Ok(t) = std::fs::read_to_string("/proc/net/tcp") else {
-        return TcpStream::connect(("127.0.0.1", port)).is_ok();
-    };
-    t.lines().skip(1).any(|line| {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        cols.len() > 3
-            && cols[3] == "0A"
-            && cols[1]
-                .rsplit_once(':')
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
-                == Some(port)
-    })
-}
-
-/// Waits until `p` listens on every port; fails at once (with its output) when it exited,
-/// e.g. on a config it refuses.
-fn up(mut p: Proc, ports: &[u16]) -> Proc {
-    let t = Instant::now();
-    for &port in ports {
-        while !listening(port) {
-            if let Some(st) = p.child.try_wait().unwrap() {
-                panic!(
-                    "{} exited ({st}) before listening on {port}\n{}",
-                    p.name,
-                    p.output()
-                );
-            }
-            assert!(
-                t.elapsed() < START,
-                "{} never listened on {port}\n{}",
-                p.name,
-                p.output()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    p
-}
-
 fn bin(imp: Imp) -> (PathBuf, &'static str) {
     match imp {
         Ferry => (PathBuf::from(env!("CARGO_BIN_EXE_ferry")), "ferry"),
@@ -215,50 +171,6 @@ fn refused(imp: Imp, cfg: &str) -> String {
 
 fn logs(ps: &[&Proc]) -> String {
     ps.iter().map(|p| p.output()).collect::<Vec<_>>().join("\n")
-}
-
-/// nginx (master_process off: one process, which the kill on drop ends) with `server` as its
-/// `server {}` blocks, waited for on `port`.
-fn nginx(d: &Path, server: &str, port: u16) -> Proc {
-    let conf = format!(
-        r#"user root;
-master_process off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 512; }}
-http {{
-    access_log {dir}/access.log;
-    client_body_temp_path {dir}/t-body;
-    proxy_temp_path {dir}/t-proxy;
-    fastcgi_temp_path {dir}/t-fastcgi;
-    uwsgi_temp_path {dir}/t-uwsgi;
-    scgi_temp_path {dir}/t-scgi;
-    default_type text/plain;
-{server}
-}}
-"#,
-        dir = d.display()
-    );
-    let p = spawn_with_config(
-        &peer("nginx"),
-        "nginx",
-        &conf,
-        &[
-            "-p",
-            d.to_str().unwrap(),
-            "-c",
-            "{config}",
-            "-g",
-            "daemon off;",
-        ],
-    );
-    up(p, &[port])
-}
-
-fn nginx_logs(d: &Path) -> String {
-    let err = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
-    let acc = std::fs::read_to_string(d.join("access.log")).unwrap_or_default();
-    format!("--- nginx error.log\n{err}--- nginx access.log\n{acc}")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -301,21 +213,14 @@ impl Fixture {
     fn start_target(&mut self) {
         let d = self.dir.path().join("target");
         std::fs::create_dir_all(&d).unwrap();
-        let server = format!(
-            r#"    client_header_timeout 2s;
-    server {{
-        listen 127.0.0.1:{port} ssl http2;
-        server_name {SNI};
-        ssl_certificate {cert};
-        ssl_certificate_key {key};
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location / {{ return 200 "{TARGET_PAGE}\n"; }}
-    }}"#,
-            port = self.target_port,
-            cert = self.cert,
-            key = self.key,
+        let server = tls_site(
+            self.target_port,
+            SNI,
+            Path::new(&self.cert),
+            Path::new(&self.key),
+            TARGET_PAGE,
         );
-        self.target = Some(nginx(&d, &server, self.target_port));
+        self.target = Some(nginx(&d, Nginx::Http(&server), &[self.target_port]));
     }
 }
 
@@ -1027,7 +932,7 @@ fn nginx_case(client: Imp, server: Imp, mode: Mode) {
     };
     let _nginx = nginx(
         &nd,
-        &format!(
+        Nginx::Http(&format!(
             r#"    server {{
         listen 127.0.0.1:{front} ssl http2;
         server_name {SNI};
@@ -1041,8 +946,8 @@ fn nginx_case(client: Imp, server: Imp, mode: Mode) {
             cert = fx.cert,
             key = fx.key,
             www = www.display()
-        ),
-        front,
+        )),
+        &[front],
     );
 
     let cstream = format!(

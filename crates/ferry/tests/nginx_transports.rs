@@ -9,47 +9,10 @@ mod common;
 use common::*;
 
 use std::net::TcpStream;
-use std::path::Path;
 use std::time::Duration;
 
 const ID: &str = "9d3c6a0e-64c1-4e54-8d0b-1a3f7c2e5b44";
 const SNI: &str = "ferry.test";
-
-fn nginx_http(d: &Path, server: &str, port: u16) -> Proc {
-    let conf = format!(
-        r#"user root;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  client_body_temp_path {dir}/body;
-  proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi;
-  uwsgi_temp_path {dir}/uwsgi;
-  scgi_temp_path {dir}/scgi;
-{server}
-}}
-"#,
-        dir = d.display()
-    );
-    let p = spawn_with_config(
-        &peer("nginx"),
-        "nginx",
-        &conf,
-        &[
-            "-p",
-            d.to_str().unwrap(),
-            "-c",
-            "{config}",
-            "-g",
-            "daemon off;",
-        ],
-    );
-    wait_listening(port, &p);
-    p
-}
 
 fn echo_ok(s: TcpStream, len: usize, seed: u64) -> bool {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -94,9 +57,9 @@ fn nginx_in_front_of_ws_over_tcp_and_unix_and_grpc() {
     );
     let server = ferry(&server_cfg, &[ws_port, grpc_port]);
 
-    let _nginx = nginx_http(
+    let _nginx = nginx(
         d.path(),
-        &format!(
+        Nginx::Http(&format!(
             r#"  server {{
     listen 127.0.0.1:{front} ssl http2;
     server_name {SNI};
@@ -131,8 +94,8 @@ fn nginx_in_front_of_ws_over_tcp_and_unix_and_grpc() {
             cert = cert.display(),
             key = key.display(),
             sock = sock.display()
-        ),
-        front,
+        )),
+        &[front],
     );
 
     // Ferry's client: one entry per transport, each routed to its outbound.

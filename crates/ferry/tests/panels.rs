@@ -333,49 +333,8 @@ fn site() -> Site {
     std::fs::write(d.join("cert.pem"), &g.cert_pem).unwrap();
     std::fs::write(d.join("key.pem"), &g.key_pem).unwrap();
     let port = free_port();
-    // master_process off: one process, ended by the kill on drop. client_header_timeout: a
-    // connection that sends no request (a post-handshake probe) ends after 2 s.
-    let conf = format!(
-        r#"user root;
-master_process off;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    access_log {d}/access.log;
-    client_body_temp_path {d}/t-body;
-    proxy_temp_path {d}/t-proxy;
-    fastcgi_temp_path {d}/t-fastcgi;
-    uwsgi_temp_path {d}/t-uwsgi;
-    scgi_temp_path {d}/t-scgi;
-    default_type text/plain;
-    client_header_timeout 2s;
-    server {{
-        listen 127.0.0.1:{port} ssl http2;
-        server_name {SNI};
-        ssl_certificate {d}/cert.pem;
-        ssl_certificate_key {d}/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location / {{ return 200 "{PAGE}\n"; }}
-    }}
-}}
-"#,
-        d = d.display()
-    );
-    let proc = spawn_with_config(
-        &peer("nginx"),
-        "nginx",
-        &conf,
-        &[
-            "-p",
-            d.to_str().unwrap(),
-            "-c",
-            "{config}",
-            "-g",
-            "daemon off;",
-        ],
-    );
-    wait_listening(port, &proc);
+    let body = tls_site(port, SNI, &d.join("cert.pem"), &d.join("key.pem"), PAGE);
+    let proc = nginx(d, Nginx::Http(&body), &[port]);
     Site {
         port,
         proc,
@@ -1367,21 +1326,8 @@ fn h2_front(cert: &Cert, path: &str, upstream: u16) -> (Proc, u16, tempdir::Dir)
     let dir = tempdir::Dir::new("h2-front");
     let d = dir.path();
     let port = free_port();
-    let conf = format!(
-        r#"user root;
-master_process off;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    access_log {d}/access.log;
-    client_body_temp_path {d}/t-body;
-    proxy_temp_path {d}/t-proxy;
-    fastcgi_temp_path {d}/t-fastcgi;
-    uwsgi_temp_path {d}/t-uwsgi;
-    scgi_temp_path {d}/t-scgi;
-    default_type text/plain;
-    server {{
+    let body = format!(
+        r#"    server {{
         listen 127.0.0.1:{port} ssl http2;
         server_name {SNI};
         ssl_certificate {cert};
@@ -1392,27 +1338,11 @@ http {{
             grpc_send_timeout 1h;
             client_max_body_size 0;
         }}
-    }}
-}}
-"#,
-        d = d.display(),
+    }}"#,
         cert = cert.cert,
         key = cert.key,
     );
-    let proc = spawn_with_config(
-        &peer("nginx"),
-        "nginx",
-        &conf,
-        &[
-            "-p",
-            d.to_str().unwrap(),
-            "-c",
-            "{config}",
-            "-g",
-            "daemon off;",
-        ],
-    );
-    wait_listening(port, &proc);
+    let proc = nginx(d, Nginx::Http(&body), &[port]);
     (proc, port, dir)
 }
 

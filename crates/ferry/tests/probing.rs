@@ -475,48 +475,14 @@ impl Behind {
         std::fs::write(d.join("cert.pem"), cert.pem()).unwrap();
         std::fs::write(d.join("key.pem"), key.serialize_pem()).unwrap();
         let port = free_port();
-        // master_process off: one process, which the kill on drop ends.
-        let conf = format!(
-            r#"user root;
-master_process off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 512; }}
-http {{
-    access_log {dir}/access.log;
-    client_body_temp_path {dir}/t-body;
-    proxy_temp_path {dir}/t-proxy;
-    fastcgi_temp_path {dir}/t-fastcgi;
-    uwsgi_temp_path {dir}/t-uwsgi;
-    scgi_temp_path {dir}/t-scgi;
-    default_type text/plain;
-    client_header_timeout 2s;
-    server {{
-        listen 127.0.0.1:{port} ssl http2;
-        server_name {SNI};
-        ssl_certificate {dir}/cert.pem;
-        ssl_certificate_key {dir}/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location / {{ return 200 "probe target page\n"; }}
-    }}
-}}
-"#,
-            dir = d.display()
+        let body = tls_site(
+            port,
+            SNI,
+            &d.join("cert.pem"),
+            &d.join("key.pem"),
+            "probe target page",
         );
-        let nginx = spawn_with_config(
-            &peer("nginx"),
-            "nginx",
-            &conf,
-            &[
-                "-p",
-                d.to_str().unwrap(),
-                "-c",
-                "{config}",
-                "-g",
-                "daemon off;",
-            ],
-        );
-        wait_listening(port, &nginx);
+        let nginx = nginx(d, Nginx::Http(&body), &[port]);
         Behind {
             ferry: Tap::new(port),
             reference: Tap::new(port),

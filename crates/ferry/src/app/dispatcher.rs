@@ -30,6 +30,19 @@ pub struct Dispatcher {
     /// `Some` when the `stats` object is present.
     pub stats: Option<Arc<Stats>>,
     pub access: AccessLog,
+    /// The instance's running inbounds: a fallback whose destination is one of them is handed
+    /// over in-process (weak: the inbounds hold the dispatcher).
+    pub local: std::sync::Weak<crate::app::instance::RunningInbounds>,
+}
+
+/// How many fallbacks one connection may take in-process (one inbound of this instance handing
+/// it to another) before the next goes through a socket, as every fallback does in Xray: a
+/// config whose fallbacks loop then loops through sockets as it would in Xray, not in one task.
+const LOCAL_HOPS: u8 = 4;
+
+tokio::task_local! {
+    /// In-process fallback hops of the connection this task serves.
+    static HOPS: u8;
 }
 
 /// Sniffs a stream session when its inbound asks (the future is boxed: most connections
@@ -268,6 +281,14 @@ impl Dispatcher {
     ) -> io::Result<()> {
         use crate::transport::Dialer;
         use tokio::io::AsyncWriteExt;
+        let hops = HOPS.try_with(|h| *h).unwrap_or(0);
+        if hops < LOCAL_HOPS {
+            if let Some((serve, local)) = self.local_inbound(&fb.dest) {
+                return self
+                    .fall_back_locally(client, fb, ctx, serve, local, hops)
+                    .await;
+            }
+        }
         let dialer = crate::transport::SocketDialer {
             opts: Default::default(),
         };
@@ -311,6 +332,87 @@ impl Dispatcher {
         let opts = level.relay_opts();
         let counters = crate::relay::Counters::default();
         crate::relay::run(client, server, &opts, &counters).await.1
+    }
+
+    /// The inbound of this instance that a connection dialed to `dest` would reach, and the
+    /// local endpoint it would arrive on: a TCP listener on that port and address (or on the
+    /// unspecified address, for a loopback `dest`), or the same unix path or abstract name.
+    fn local_inbound(
+        &self,
+        dest: &Destination,
+    ) -> Option<(Arc<crate::app::instance::Serve>, Endpoint)> {
+        use crate::common::Address;
+        let inbounds = self.local.upgrade()?;
+        let running = inbounds.load();
+        for ib in running.iter() {
+            for (net, bound) in &ib.bound {
+                if *net != Network::Tcp {
+                    continue;
+                }
+                let hit = match (bound, &dest.addr) {
+                    (Endpoint::Ip(a), Address::Ip(ip)) if a.port() == dest.port => {
+                        let same_family = a.is_ipv4() == ip.is_ipv4() || a.is_ipv6();
+                        (a.ip() == *ip || (a.ip().is_unspecified() && ip.is_loopback()))
+                            && same_family
+                    }
+                    (Endpoint::Unix(path), Address::Domain(d)) if dest.port == 0 => {
+                        crate::transport::listener::unix_text_without_mode(path) == &**d
+                    }
+                    _ => false,
+                };
+                if hit {
+                    let local = match (bound, &dest.addr) {
+                        (Endpoint::Ip(a), Address::Ip(ip)) => {
+                            Endpoint::Ip(std::net::SocketAddr::new(*ip, a.port()))
+                        }
+                        _ => bound.clone(),
+                    };
+                    return Some((ib.serve.clone(), local));
+                }
+            }
+        }
+        None
+    }
+
+    /// A fallback to an inbound of this instance: the connection goes to it in-process, as if
+    /// it had been dialed and accepted (the PROXY header first when `xver` asks; the inbound's
+    /// transport layers, PROXY parsing and protocol run as for any connection), without the
+    /// loopback socket, its two copies and a second relay.
+    async fn fall_back_locally(
+        &self,
+        client: BoxStream,
+        fb: &crate::proxy::fallback::Fallback,
+        ctx: &InboundCtx,
+        serve: Arc<crate::app::instance::Serve>,
+        local: Endpoint,
+        hops: u8,
+    ) -> io::Result<()> {
+        let stream: BoxStream = if fb.xver > 0 {
+            let h = crate::transport::proxy_protocol::encode(
+                fb.xver,
+                &ctx.info.source,
+                &ctx.info.local,
+            );
+            Box::new(crate::transport::prefixed::Prefixed::new(h.into(), client))
+        } else {
+            client
+        };
+        // Who the inbound sees: a dialed connection's source is the loopback address it went
+        // to (unix: the socket's own name, as an accepted unix connection shows).
+        let source = match &local {
+            Endpoint::Ip(a) => Endpoint::Ip(std::net::SocketAddr::new(a.ip(), 0)),
+            unix => unix.clone(),
+        };
+        tracing::info!(
+            "[{}] connection from {} to fallback {} (in-process)",
+            ctx.tag,
+            ctx.info.source,
+            fb.dest
+        );
+        let ctx = serve.ctx(crate::session::ConnInfo::new(source, local));
+        let _live = serve.live_guard();
+        Box::pin(HOPS.scope(hops + 1, serve.serve_conn(stream, ctx))).await;
+        Ok(())
     }
 
     /// Routes, dials and relays one TCP session to its end. `stream` is the client side,

@@ -41,7 +41,7 @@ pub fn live_connections() -> usize {
     CONNECTIONS.load(Ordering::Relaxed)
 }
 
-struct LiveGuard(Arc<Live>);
+pub(crate) struct LiveGuard(Arc<Live>);
 impl Drop for LiveGuard {
     fn drop(&mut self) {
         CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
@@ -88,6 +88,8 @@ pub struct RunningInbound {
     pub json: serde_json::Value,
     /// The addresses it is bound to (TCP, UDP and unix).
     pub bound: Vec<(Network, Endpoint)>,
+    /// What serves its connections (a fallback of another inbound hands it some directly).
+    pub(crate) serve: Arc<Serve>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -127,14 +129,18 @@ impl Drop for Tasks {
     }
 }
 
+/// The running inbounds of an instance.
+pub type RunningInbounds = Swap<Vec<Arc<RunningInbound>>>;
+
 /// What the parts of a running instance share: the dispatcher, the running inbounds and what
 /// builds new ones. The API holds it too.
 pub struct Core {
     pub dispatcher: Arc<Dispatcher>,
     pub stats: Option<Arc<Stats>>,
     pub live: Arc<Live>,
-    /// The running inbounds (add and remove them at run time).
-    pub inbounds: Swap<Vec<Arc<RunningInbound>>>,
+    /// The running inbounds (add and remove them at run time); the dispatcher looks fallback
+    /// destinations up in them.
+    pub inbounds: Arc<RunningInbounds>,
     /// Resolves the counters of inbounds, outbounds and users added at run time (a reload
     /// swaps it with the policy).
     pub counters: Swap<CounterSource>,
@@ -180,12 +186,14 @@ impl Instance {
             })
             .collect();
         cfg.registry.store(OutboundTable::new(entries));
+        let inbounds = Arc::new(Swap::new(Vec::new()));
         let dispatcher = Arc::new(Dispatcher {
             router: Swap::new(cfg.router.clone()),
             outbounds: cfg.registry.clone(),
             policy: Swap::new(cfg.policy.clone()),
             stats: stats.clone(),
             access,
+            local: Arc::downgrade(&inbounds),
         });
         // Routed DNS servers are dialed through the dispatcher (a weak handle: the dispatcher
         // owns the resolver through its router).
@@ -197,7 +205,7 @@ impl Instance {
             dispatcher,
             stats: stats.clone(),
             live: Arc::new(Live::default()),
-            inbounds: Swap::new(Vec::new()),
+            inbounds,
             counters: Swap::new(cfg.counters.clone()),
             log: cfg.log.clone(),
             started: std::time::Instant::now(),
@@ -456,6 +464,7 @@ impl Core {
             listen: ib.listen,
             json: ib.json,
             bound,
+            serve,
             tasks: std::sync::Mutex::new(std::mem::take(&mut tasks.0)),
         });
         self.inbounds.update(|v| {
@@ -547,7 +556,9 @@ impl AcceptLog {
 }
 
 /// What every connection of one inbound shares.
-struct Serve {
+/// One inbound's serving state, shared by its accept loops (and by fallbacks of other inbounds
+/// that hand it connections).
+pub(crate) struct Serve {
     handler: Arc<dyn InboundHandler>,
     tag: Arc<str>,
     dispatcher: Arc<Dispatcher>,
@@ -558,7 +569,12 @@ struct Serve {
 }
 
 impl Serve {
-    fn ctx(&self, info: ConnInfo) -> InboundCtx {
+    /// Counts a connection live while the guard lasts.
+    pub(crate) fn live_guard(&self) -> LiveGuard {
+        self.live.enter()
+    }
+
+    pub(crate) fn ctx(&self, info: ConnInfo) -> InboundCtx {
         InboundCtx {
             tag: self.tag.clone(),
             info,
@@ -600,74 +616,88 @@ impl Serve {
                 }
             };
             let guard = self.live.enter();
-            let me = self.clone();
             // What the task keeps for the connection's life: the guard, this inbound's shared
             // state, the context, and the serve future (set up here, not inside the task).
-            let mut ctx = self.ctx(ConnInfo::new(source, local_ep));
+            let ctx = self.ctx(ConnInfo::new(source, local_ep));
+            let serving = self.clone().serve_conn(stream, ctx);
             tokio::spawn(async move {
                 let _guard = guard;
-                let stream = if me.acceptor.is_empty() {
-                    stream
-                } else {
-                    let limit = me.dispatcher.handshake_timeout();
-                    let accepted = me
-                        .acceptor
-                        .accept_within(stream, &mut ctx.info, limit)
-                        .await;
-                    match accepted {
-                        Ok(s) => s,
-                        Err(e) => {
-                            let probe = e.get_ref().and_then(|e| {
-                                e.downcast_ref::<crate::transport::reality::server::Probe>()
-                            });
-                            match probe {
-                                // Not REALITY's: counted as a rejected handshake.
-                                Some(p) => ctx.reject("reality", p.reason, &p.detail),
-                                None => tracing::info!(
-                                    "[{}] connection from {}: {e}",
-                                    me.tag,
-                                    ctx.info.source
-                                ),
-                            }
-                            return;
-                        }
-                    }
-                };
-                if let Some(server) = me.acceptor.server().cloned() {
-                    // Each call of the connection is served as a connection of its own.
-                    let each = |s: crate::transport::BoxStream, info: ConnInfo| {
-                        let me = me.clone();
-                        let ctx = me.ctx(info);
-                        let guard = me.live.enter();
-                        tokio::spawn(async move {
-                            let _guard = guard;
-                            if let Err(e) = me.dispatcher.serve(&*me.handler, s, &ctx).await {
-                                tracing::info!(
-                                    "[{}] connection from {} ended: {e}",
-                                    me.tag,
-                                    ctx.info.source
-                                );
-                            }
+                serving.await
+            });
+        }
+    }
+
+    /// Serves one connection of this inbound: its transport layers, then its protocol (each
+    /// call of a multiplexing transport as a connection of its own). A `fn` returning the future
+    /// keeps each argument once, where an `async fn` would keep it twice.
+    pub(crate) fn serve_conn(
+        self: Arc<Self>,
+        stream: crate::transport::BoxStream,
+        mut ctx: InboundCtx,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        let me = self;
+        async move {
+            let stream = if me.acceptor.is_empty() {
+                stream
+            } else {
+                let limit = me.dispatcher.handshake_timeout();
+                let accepted = me
+                    .acceptor
+                    .accept_within(stream, &mut ctx.info, limit)
+                    .await;
+                match accepted {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let probe = e.get_ref().and_then(|e| {
+                            e.downcast_ref::<crate::transport::reality::server::Probe>()
                         });
-                    };
-                    if let Err(e) = server.serve(stream, &ctx.info, &each).await {
-                        tracing::info!(
-                            "[{}] {} connection from {}: {e}",
-                            me.tag,
-                            server.name(),
-                            ctx.info.source
-                        );
+                        match probe {
+                            // Not REALITY's: counted as a rejected handshake.
+                            Some(p) => ctx.reject("reality", p.reason, &p.detail),
+                            None => tracing::info!(
+                                "[{}] connection from {}: {e}",
+                                me.tag,
+                                ctx.info.source
+                            ),
+                        }
+                        return;
                     }
-                    return;
                 }
-                if let Err(e) = me.dispatcher.serve(&*me.handler, stream, &ctx).await {
+            };
+            if let Some(server) = me.acceptor.server().cloned() {
+                // Each call of the connection is served as a connection of its own.
+                let each = |s: crate::transport::BoxStream, info: ConnInfo| {
+                    let me = me.clone();
+                    let ctx = me.ctx(info);
+                    let guard = me.live.enter();
+                    tokio::spawn(async move {
+                        let _guard = guard;
+                        if let Err(e) = me.dispatcher.serve(&*me.handler, s, &ctx).await {
+                            tracing::info!(
+                                "[{}] connection from {} ended: {e}",
+                                me.tag,
+                                ctx.info.source
+                            );
+                        }
+                    });
+                };
+                if let Err(e) = server.serve(stream, &ctx.info, &each).await {
                     tracing::info!(
-                        "[{}] connection from {} ended: {e}",
+                        "[{}] {} connection from {}: {e}",
                         me.tag,
+                        server.name(),
                         ctx.info.source
                     );
                 }
-            });
+                return;
+            }
+            if let Err(e) = me.dispatcher.serve(&*me.handler, stream, &ctx).await {
+                tracing::info!(
+                    "[{}] connection from {} ended: {e}",
+                    me.tag,
+                    ctx.info.source
+                );
+            }
         }
     }
 }

@@ -100,6 +100,16 @@ impl UnixPath {
     }
 }
 
+/// A unix listener's text (`/path,0666`, `@name`, `@@name`) without its file mode: what a dialer
+/// names it by.
+pub fn unix_text_without_mode(text: &str) -> &str {
+    if text.starts_with('@') {
+        text
+    } else {
+        split_mode(text).0
+    }
+}
+
 /// `/path/x.sock,0666`: the path and the file mode Xray sets on the socket (octal).
 fn split_mode(p: &str) -> (&str, Option<u32>) {
     if let Some((path, m)) = p.rsplit_once(',') {

@@ -223,6 +223,119 @@ pub fn wait_listening(port: u16, p: &Proc) {
     }
 }
 
+/// Whether something listens on TCP `port` of loopback: read from /proc without connecting
+/// (a probe connection to a REALITY server reaches its target), by connecting without /proc.
+pub fn listening(port: u16) -> bool {
+    listening_in_proc(port).unwrap_or_else(|| TcpStream::connect(("127.0.0.1", port)).is_ok())
+}
+
+/// Waits (up to 20 s) until `p` listens on every port in `ports`, failing at once with its
+/// output when it exits first (e.g. on a config it refuses).
+pub fn up(mut p: Proc, ports: &[u16]) -> Proc {
+    let t = Instant::now();
+    for &port in ports {
+        while !listening(port) {
+            if let Some(st) = p.child.try_wait().unwrap() {
+                panic!(
+                    "{} exited ({st}) before listening on {port}\n{}",
+                    p.name,
+                    p.output()
+                );
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{} never listened on {port}\n{}",
+                p.name,
+                p.output()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    p
+}
+
+/// What an nginx of a test serves.
+pub enum Nginx<'a> {
+    /// `http { ... }` around these directives and `server` blocks (access log and temp files
+    /// in the prefix, `default_type text/plain`).
+    Http(&'a str),
+    /// `stream { ... }` around these `server` blocks (the stream module loaded).
+    Stream(&'a str),
+}
+
+/// Starts nginx from the peers' cache with `dir` as its prefix (config, pid, error and access
+/// logs, temp files), in the foreground as one process (`master_process off`: the kill on drop
+/// ends it, where a master killed with SIGKILL would leave its worker running), and waits until
+/// it listens on every port in `ports`.
+pub fn nginx(dir: &std::path::Path, what: Nginx<'_>, ports: &[u16]) -> Proc {
+    let d = dir.display();
+    let (module, block) = match what {
+        Nginx::Http(body) => (
+            "",
+            format!(
+                "http {{\n    access_log {d}/access.log;\n    client_body_temp_path {d}/t-body;\n    \
+                 proxy_temp_path {d}/t-proxy;\n    fastcgi_temp_path {d}/t-fastcgi;\n    \
+                 uwsgi_temp_path {d}/t-uwsgi;\n    scgi_temp_path {d}/t-scgi;\n    \
+                 default_type text/plain;\n{body}\n}}\n"
+            ),
+        ),
+        Nginx::Stream(body) => (
+            "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n",
+            format!("stream {{\n{body}\n}}\n"),
+        ),
+    };
+    let conf = format!(
+        "{module}user root;\nmaster_process off;\npid {d}/nginx.pid;\n\
+         error_log {d}/error.log info;\nevents {{ worker_connections 512; }}\n{block}"
+    );
+    let p = spawn_with_config(
+        &peer("nginx"),
+        "nginx",
+        &conf,
+        &[
+            "-p",
+            dir.to_str().unwrap(),
+            "-c",
+            "{config}",
+            "-g",
+            "daemon off;",
+        ],
+    );
+    up(p, ports)
+}
+
+/// The `http {}` body of a TLS website as the REALITY tests' targets are: `page` over TLS 1.2 and
+/// 1.3 (h2 or HTTP/1.1) for `sni` on loopback `port`; a connection that sends no request (a
+/// post-handshake probe) is dropped after 2 s instead of nginx's 60.
+pub fn tls_site(
+    port: u16,
+    sni: &str,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    page: &str,
+) -> String {
+    format!(
+        r#"    client_header_timeout 2s;
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        server_name {sni};
+        ssl_certificate {};
+        ssl_certificate_key {};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        location / {{ return 200 "{page}\n"; }}
+    }}"#,
+        cert.display(),
+        key.display()
+    )
+}
+
+/// nginx's error and access logs from its prefix `dir`, for a failing test's message.
+pub fn nginx_logs(dir: &std::path::Path) -> String {
+    let err = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    let acc = std::fs::read_to_string(dir.join("access.log")).unwrap_or_default();
+    format!("--- nginx error.log\n{err}--- nginx access.log\n{acc}")
+}
+
 /// A TCP echo server on a free port; runs until the test process ends.
 pub fn echo_server() -> SocketAddr {
     echo_server_greeting(b"")

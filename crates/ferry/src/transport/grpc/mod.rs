@@ -26,8 +26,9 @@ use super::{BoxStream, Layer, Stream};
 use crate::common::Destination;
 use crate::session::{ConnInfo, Endpoint};
 
-/// The most payload one written message carries.
-const MAX_WRITE: usize = 64 * 1024;
+/// The most payload one written message carries: with its 9 bytes of gun header (5 of gRPC,
+/// the field tag, a 3-byte length) a full message is one [`SEND_CHUNK`].
+const MAX_WRITE: usize = SEND_CHUNK - 9;
 /// Bytes moved at a time from a DATA frame to the header parser: a gun message header (5), the
 /// field tag and its length varint (up to 11) fit.
 const HEADER_PEEK: usize = 16;
@@ -35,6 +36,14 @@ const HEADER_PEEK: usize = 16;
 /// back by flow control on a fast link.
 pub(crate) const STREAM_WINDOW: u32 = 4 << 20;
 pub(crate) const CONN_WINDOW: u32 = 16 << 20;
+/// The largest DATA frame this end takes (SETTINGS_MAX_FRAME_SIZE). A peer that honours it, as
+/// Ferry does, sends 64 KiB frames: a quarter of the frames, wake-ups and writes of 16 KiB ones.
+/// Go's gRPC (Xray, v2ray) sends 16 KiB frames whatever it is allowed.
+const MAX_FRAME: u32 = 64 * 1024;
+/// DATA payload handed to HTTP/2 at a time. With its 9-byte frame header a 64 KiB frame is four
+/// whole TLS records (16 KiB of plaintext each); a full 64 KiB payload would be those four and a
+/// fifth of 9 bytes, as every 16 KiB frame would be a whole record and a 9-byte one.
+const SEND_CHUNK: usize = MAX_FRAME as usize - 9;
 
 /// `grpcSettings`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,7 +189,7 @@ impl GrpcStream {
                     None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
                 }
             }
-            let n = cap.min(self.wbuf.len());
+            let n = cap.min(self.wbuf.len()).min(SEND_CHUNK);
             let chunk = self.wbuf.split_to(n);
             self.send.send_data(chunk, false).map_err(h2_err)?;
         }
@@ -351,6 +360,7 @@ impl GrpcLayer {
         };
         let (client, conn) = h2::client::Builder::new()
             .enable_push(false)
+            .max_frame_size(MAX_FRAME)
             .initial_window_size(window)
             .initial_connection_window_size(CONN_WINDOW.max(window))
             .handshake::<_, Bytes>(stream)
@@ -502,6 +512,7 @@ impl GrpcServer {
         each: &(dyn Fn(BoxStream, ConnInfo) + Send + Sync),
     ) -> io::Result<()> {
         let mut conn = h2::server::Builder::new()
+            .max_frame_size(MAX_FRAME)
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONN_WINDOW)
             .handshake::<_, Bytes>(stream)
@@ -597,6 +608,16 @@ mod tests {
             ("/my/one".to_string(), "/my/one".to_string())
         );
         assert!(GrpcSettings::paths("/nope").is_err());
+    }
+
+    #[test]
+    fn a_full_message_is_one_frame_of_whole_tls_records() {
+        let mut m = BytesMut::new();
+        gun::encode(&vec![7u8; MAX_WRITE], &mut m);
+        assert_eq!(m.len(), SEND_CHUNK);
+        // With the 9-byte HTTP/2 frame header: exactly MAX_FRAME, four 16 KiB records.
+        assert_eq!(m.len() + 9, MAX_FRAME as usize);
+        assert_eq!((m.len() + 9) % (16 * 1024), 0);
     }
 
     #[tokio::test]
