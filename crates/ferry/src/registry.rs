@@ -36,6 +36,16 @@ impl<T> Swap<T> {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(v);
     }
 
+    /// Changes the value in place when no reader holds it (else on a copy that replaces it):
+    /// writers are serialised, and a reader keeps the value it loaded.
+    pub fn modify<R>(&self, f: impl FnOnce(&mut T) -> R) -> R
+    where
+        T: Clone,
+    {
+        let mut w = self.0.write().unwrap_or_else(|e| e.into_inner());
+        f(Arc::make_mut(&mut w))
+    }
+
     /// Replaces the value with `f(current)` (writers are serialised).
     pub fn update<R>(&self, f: impl FnOnce(&T) -> (T, R)) -> R {
         let mut w = self.0.write().unwrap_or_else(|e| e.into_inner());
@@ -90,15 +100,8 @@ impl CounterSource {
         if email.is_empty() {
             return u;
         }
-        let mut names = Vec::new();
-        let mut make = |on: bool, dir: &str| {
-            on.then(|| {
-                let n = stats::name("user", email, dir);
-                let c = st.unlisted_counter(&n);
-                names.push(n);
-                c
-            })
-        };
+        let make =
+            |on: bool, dir: &str| on.then(|| st.unlisted_counter(&stats::name("user", email, dir)));
         let up = make(lp.stats_user_uplink, "uplink");
         let down = make(lp.stats_user_downlink, "downlink");
         u.traffic = Arc::new(Traffic {
@@ -106,7 +109,7 @@ impl CounterSource {
             down,
             listing: Some(Arc::new(crate::session::Listing {
                 stats: st.clone(),
-                names,
+                email: u.email.clone(),
                 done: Default::default(),
             })),
             revoked: Default::default(),
@@ -218,37 +221,58 @@ impl Dialer for OutboundRef {
 }
 
 /// A list of users behind a swappable handle, for inbounds that keep their users as `T`.
-pub struct Users<T>(Swap<Vec<T>>);
+pub struct Users<T> {
+    list: Swap<Vec<T>>,
+    /// The users' emails, case-folded (built on first use by the [`UserEntry`] methods, then
+    /// kept by them): an API adding one user among thousands asks "is this email there?" in
+    /// O(1), without walking the list.
+    emails: std::sync::Mutex<Option<std::collections::HashSet<Box<str>>>>,
+}
 
 impl<T: Clone> Users<T> {
     pub fn new(v: Vec<T>) -> Self {
-        Users(Swap::new(v))
+        Users {
+            list: Swap::new(v),
+            emails: std::sync::Mutex::new(None),
+        }
     }
 
     /// The users now (a connection keeps this snapshot).
     pub fn load(&self) -> Arc<Vec<T>> {
-        self.0.load()
+        self.list.load()
     }
 
-    /// Adds a user unless `same` finds one already there; false then.
+    /// Adds a user unless `same` finds one already there; false then. In place (no copy of
+    /// the list) unless a connection holds the current list at that moment.
     pub fn add(&self, u: T, same: impl Fn(&T) -> bool) -> bool {
-        self.0.update(|v| {
+        self.list.modify(|v| {
             if v.iter().any(same) {
-                return (v.clone(), false);
+                return false;
             }
-            let mut n = v.clone();
-            n.push(u);
-            (n, true)
+            v.push(u);
+            true
         })
     }
 
     /// Removes the users `matches` picks; false when none did.
     pub fn remove(&self, matches: impl Fn(&T) -> bool) -> bool {
-        self.0.update(|v| {
-            let n: Vec<T> = v.iter().filter(|u| !matches(u)).cloned().collect();
-            let removed = n.len() != v.len();
-            (n, removed)
+        self.list.modify(|v| {
+            let before = v.len();
+            v.retain(|u| !matches(u));
+            if v.capacity() > 64 && v.len() < v.capacity() / 4 {
+                v.shrink_to_fit();
+            }
+            v.len() != before
         })
+    }
+}
+
+/// Whether two emails are the same user's: equal ignoring case (Unicode case for non-ASCII).
+pub fn same_email(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a.to_lowercase() == b.to_lowercase()
     }
 }
 
@@ -260,21 +284,62 @@ pub trait UserEntry: Clone + Send + Sync + 'static {
 }
 
 impl<T: UserEntry> Users<T> {
+    /// Runs `f` on the email index, building it from the list the first time.
+    fn with_emails<R>(&self, f: impl FnOnce(&mut std::collections::HashSet<Box<str>>) -> R) -> R {
+        let mut g = self.emails.lock().unwrap_or_else(|e| e.into_inner());
+        let set = g.get_or_insert_with(|| {
+            self.load()
+                .iter()
+                .map(|a| &a.user().email)
+                .filter(|e| !e.is_empty())
+                .map(|e| e.to_lowercase().into_boxed_str())
+                .collect()
+        });
+        f(set)
+    }
+
     /// Adds `u` unless a user with its secret or its (non-empty) email is there; returns its
     /// session user, or `None` for a duplicate.
     pub fn add_user(&self, u: T) -> Option<User> {
         let user = u.user().clone();
-        let email = user.email.clone();
-        let fresh = u.clone();
-        self.add(u, |x| {
-            x.same_secret(&fresh) || (!email.is_empty() && x.user().email == email)
+        let email = (!user.email.is_empty()).then(|| user.email.to_lowercase());
+        self.with_emails(|emails| {
+            if email.as_deref().is_some_and(|e| emails.contains(e)) {
+                return None;
+            }
+            let fresh = u.clone();
+            if !self.add(u, |x| x.same_secret(&fresh)) {
+                return None;
+            }
+            if let Some(e) = email {
+                emails.insert(e.into_boxed_str());
+            }
+            Some(user)
         })
-        .then_some(user)
     }
 
     /// Removes the users with this email; false when there was none.
     pub fn remove_email(&self, email: &str) -> bool {
-        !email.is_empty() && self.remove(|a| &*a.user().email == email)
+        if email.is_empty() {
+            return false;
+        }
+        self.with_emails(|emails| {
+            emails.remove(email.to_lowercase().as_str());
+            self.remove(|a| &*a.user().email == email)
+        })
+    }
+
+    /// The user whose email is `email`, compared as the API compares them (case-insensitively):
+    /// O(1) when there is none.
+    pub fn find_email(&self, email: &str) -> Option<User> {
+        if !self.with_emails(|emails| emails.contains(email.to_lowercase().as_str())) {
+            return None;
+        }
+        self.load()
+            .iter()
+            .map(|a| a.user())
+            .find(|u| !u.email.is_empty() && same_email(&u.email, email))
+            .cloned()
     }
 
     /// The session users now.

@@ -148,14 +148,15 @@ impl Revoke {
 /// Counters to list on first use.
 pub struct Listing {
     pub stats: Arc<crate::stats::Stats>,
-    pub names: Vec<String>,
+    /// The user's email, which names its counters.
+    pub email: Arc<str>,
     pub done: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Listing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Listing")
-            .field("names", &self.names)
+            .field("email", &self.email)
             .finish()
     }
 }
@@ -167,8 +168,10 @@ impl Traffic {
         use std::sync::atomic::Ordering;
         if let Some(l) = &self.listing {
             if !l.done.load(Ordering::Relaxed) && !l.done.swap(true, Ordering::AcqRel) {
-                for n in &l.names {
-                    l.stats.list(n);
+                for (c, dir) in [(&self.up, "uplink"), (&self.down, "downlink")] {
+                    if c.is_some() {
+                        l.stats.list(&crate::stats::name("user", &l.email, dir));
+                    }
                 }
             }
         }

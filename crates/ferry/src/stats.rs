@@ -123,6 +123,19 @@ impl Stats {
         u.entry(name.to_string()).or_default().clone()
     }
 
+    /// Forgets the counters made ahead for a removed user that were never listed (no
+    /// connection of it came) and that no other user of the same email holds: nothing can
+    /// read them, so they would only take memory. Listed counters stay, as in Xray.
+    pub fn forget_unlisted_user(&self, email: &str) {
+        let mut u = self.unlisted.write().unwrap_or_else(|e| e.into_inner());
+        for dir in ["uplink", "downlink"] {
+            let n = name("user", email, dir);
+            if u.get(&n).is_some_and(|c| Arc::strong_count(c) == 1) {
+                u.remove(&n);
+            }
+        }
+    }
+
     /// Lists the counter called `name` (the one made ahead, if any) and returns it.
     pub fn list(&self, name: &str) -> Arc<AtomicU64> {
         let mut w = self.counters.write().unwrap_or_else(|e| e.into_inner());

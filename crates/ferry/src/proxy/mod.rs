@@ -132,6 +132,12 @@ pub trait UserManager: Send + Sync {
     fn remove_user(&self, email: &str) -> bool;
     /// The current users.
     fn list_users(&self) -> Vec<User>;
+    /// The user with this email (compared ignoring case), if any.
+    fn find_user(&self, email: &str) -> Option<User> {
+        self.list_users()
+            .into_iter()
+            .find(|u| !u.email.is_empty() && crate::registry::same_email(&u.email, email))
+    }
 }
 
 /// What an inbound builder gets besides its `settings` object.

@@ -16,7 +16,6 @@ use super::grpc::{decode, unknown, Api};
 use super::pb;
 use crate::app::instance::RunningInbound;
 use crate::config::{Diagnostics, Obj};
-use crate::proxy::UserManager;
 use crate::registry::OutboundEntry;
 
 /// What the service remembers besides the running instance: the configs added through it
@@ -191,13 +190,6 @@ fn accounts<'a>(st: &'a mut State, ib: &RunningInbound) -> &'a mut BTreeMap<Stri
 }
 
 /// The user with this email (case-insensitively), as the inbound keeps it.
-fn find_user(um: &dyn UserManager, email: &str) -> Option<crate::session::User> {
-    let want = email.to_lowercase();
-    um.list_users()
-        .into_iter()
-        .find(|u| !u.email.is_empty() && u.email.to_lowercase() == want)
-}
-
 async fn alter_inbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
     let r: pb::AlterInboundRequest = decode(req)?;
     let op = operation(r.operation)?;
@@ -216,7 +208,7 @@ async fn alter_inbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
             let json = decode::user_to_json(&ib.protocol, &user).map_err(|e| {
                 unknown(format!("app/proxyman/command: failed to parse user > {e}"))
             })?;
-            if !user.email.is_empty() && find_user(um, &user.email).is_some() {
+            if !user.email.is_empty() && um.find_user(&user.email).is_some() {
                 return Err(unknown(format!(
                     "{pkg}: User {} already exists.",
                     user.email
@@ -242,11 +234,17 @@ async fn alter_inbound(api: &Api, req: &[u8]) -> Result<Vec<u8>, Status> {
             if email.is_empty() {
                 return Err(unknown(format!("{pkg}: Email must not be empty.")));
             }
-            let user = find_user(um, &email)
+            let user = um
+                .find_user(&email)
                 .ok_or_else(|| unknown(format!("{pkg}: User {email} not found.")))?;
             um.remove_user(&user.email);
             // Its live connections end too (Xray leaves them running: api.md §7).
             user.traffic.revoked.fire();
+            let removed_email = user.email.clone();
+            drop(user);
+            if let Some(stats) = &api.core.stats {
+                stats.forget_unlisted_user(&removed_email);
+            }
             accounts(&mut st, &ib).remove(&email.to_lowercase());
             tracing::info!("api: user {:?} removed from {:?}", email, r.tag);
         }

@@ -513,4 +513,8 @@ impl UserManager for Inbound {
     fn list_users(&self) -> Vec<User> {
         self.users.list()
     }
+
+    fn find_user(&self, email: &str) -> Option<User> {
+        self.users.find_email(email)
+    }
 }

@@ -473,4 +473,12 @@ impl UserManager for Inbound {
     fn list_users(&self) -> Vec<User> {
         self.accounts.load().iter().map(Account::user).collect()
     }
+
+    fn find_user(&self, email: &str) -> Option<User> {
+        self.accounts
+            .load()
+            .iter()
+            .find(|a| !a.email.is_empty() && crate::registry::same_email(&a.email, email))
+            .map(Account::user)
+    }
 }
