@@ -410,8 +410,8 @@ impl Dispatcher {
             fb.dest
         );
         let ctx = serve.ctx(crate::session::ConnInfo::new(source, local));
-        let _live = serve.live_guard();
-        Box::pin(HOPS.scope(hops + 1, serve.serve_conn(stream, ctx))).await;
+        let live = serve.live_guard();
+        Box::pin(HOPS.scope(hops + 1, serve.serve_conn(stream, ctx, live))).await;
         Ok(())
     }
 

@@ -617,13 +617,10 @@ impl Serve {
             };
             let guard = self.live.enter();
             // What the task keeps for the connection's life: the guard, this inbound's shared
-            // state, the context, and the serve future (set up here, not inside the task).
+            // state, the context, and the serve future (set up here and spawned as it is: an
+            // `async` block awaiting it would hold it twice).
             let ctx = self.ctx(ConnInfo::new(source, local_ep));
-            let serving = self.clone().serve_conn(stream, ctx);
-            tokio::spawn(async move {
-                let _guard = guard;
-                serving.await
-            });
+            tokio::spawn(self.clone().serve_conn(stream, ctx, guard));
         }
     }
 
@@ -634,9 +631,11 @@ impl Serve {
         self: Arc<Self>,
         stream: crate::transport::BoxStream,
         mut ctx: InboundCtx,
+        live: LiveGuard,
     ) -> impl std::future::Future<Output = ()> + Send {
         let me = self;
         async move {
+            let _live = live;
             let stream = if me.acceptor.is_empty() {
                 stream
             } else {
