@@ -84,6 +84,25 @@ fn fallbacks_json(tcp: u16, h2: u16, pp: u16, sock: &Path) -> String {
     )
 }
 
+/// nginx's sites (on `tcp`, `h2`, `pp` and a unix socket), a certificate for Ferry's inbounds,
+/// and the fallback table pointing at those sites.
+struct Sites {
+    tcp: u16,
+    cert: (String, String, String),
+    fbs: String,
+    _nginx: Proc,
+}
+
+fn sites(d: &Path) -> Sites {
+    let (tcp, h2, pp) = (free_port(), free_port(), free_port());
+    Sites {
+        tcp,
+        _nginx: nginx(d, tcp, h2, pp),
+        cert: cert(d),
+        fbs: fallbacks_json(tcp, h2, pp, &d.join("nginx.sock")),
+    }
+}
+
 fn check_fallbacks(port: u16, f: &Proc) {
     let http1 = ["--http1.1"];
     assert_eq!(
@@ -134,16 +153,9 @@ fn inbound(proto: &str, port: u16, c: &(String, String, String), fbs: &str) -> S
 #[test]
 fn trojan_and_vless_fall_back_to_nginx_by_sni_alpn_and_path() {
     let d = tempdir::Dir::new("fallbacks");
-    let (tcp, h2, pp, tj, vl) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let _n = nginx(d.path(), tcp, h2, pp);
-    let c = cert(d.path());
-    let fbs = fallbacks_json(tcp, h2, pp, &d.path().join("nginx.sock"));
+    let s = sites(d.path());
+    let (tcp, c, fbs) = (s.tcp, &s.cert, &s.fbs);
+    let (tj, vl) = (free_port(), free_port());
     let abstract_fwd = format!(
         r#"{{"listen":"@ferry-fb-{tcp}","protocol":"dokodemo-door",
             "settings":{{"address":"127.0.0.1","port":{tcp},"network":"tcp"}}}}"#
@@ -151,8 +163,8 @@ fn trojan_and_vless_fall_back_to_nginx_by_sni_alpn_and_path() {
     let cfg = format!(
         r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{abstract_fwd}],
             "outbounds":[{{"protocol":"freedom"}}]}}"#,
-        inbound("trojan", tj, &c, &fbs),
-        inbound("vless", vl, &c, &fbs)
+        inbound("trojan", tj, c, fbs),
+        inbound("vless", vl, c, fbs)
     );
     let f = ferry(&cfg, &[tj, vl]);
     check_fallbacks(tj, &f);
@@ -165,20 +177,13 @@ fn the_proxy_path_works_beside_the_fallback_on_one_port() {
     // An Xray Trojan client and an Xray VLESS client through the same ports nginx is
     // reachable on.
     let d = tempdir::Dir::new("fallbacks-proxy");
-    let (tcp, h2, pp, tj, vl) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let _n = nginx(d.path(), tcp, h2, pp);
-    let c = cert(d.path());
-    let fbs = fallbacks_json(tcp, h2, pp, &d.path().join("nginx.sock"));
+    let s = sites(d.path());
+    let (c, fbs) = (&s.cert, &s.fbs);
+    let (tj, vl) = (free_port(), free_port());
     let server = format!(
         r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
-        inbound("trojan", tj, &c, &fbs),
-        inbound("vless", vl, &c, &fbs)
+        inbound("trojan", tj, c, fbs),
+        inbound("vless", vl, c, fbs)
     );
     let f = ferry(&server, &[tj, vl]);
     let echo = echo_server();
@@ -213,20 +218,14 @@ fn the_proxy_path_works_beside_the_fallback_on_one_port() {
 
 /// A fallback whose destination is an inbound of the same Ferry (a TCP port, or an abstract
 /// socket) is handed to it in-process; with `xver` the inbound's acceptProxyProtocol reads the
-/// header as from a socket, so it sees (and logs) the client's own address; a removed port's
-/// fallback still dials (and finds nothing).
+/// header as from a socket, so it sees (and logs) the client's own address; without `xver` it
+/// gets no header and refuses the connection, as it would refuse a dialed one.
 #[test]
 fn a_fallback_to_an_own_inbound_goes_in_process_with_its_proxy_header() {
     let d = tempdir::Dir::new("fallbacks-local");
-    let (tcp, h2, pp, tj, fwd) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let _n = nginx(d.path(), tcp, h2, pp);
-    let c = cert(d.path());
+    let s = sites(d.path());
+    let (tcp, c) = (s.tcp, &s.cert);
+    let (tj, fwd) = (free_port(), free_port());
     let n = std::process::id();
     let fbs = format!(
         r#"[{{"dest":{fwd},"xver":1}},
@@ -245,7 +244,7 @@ fn a_fallback_to_an_own_inbound_goes_in_process_with_its_proxy_header() {
     let cfg = format!(
         r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],
             "outbounds":[{{"tag":"direct","protocol":"freedom"}}]}}"#,
-        inbound("trojan", tj, &c, &fbs),
+        inbound("trojan", tj, c, &fbs),
         fwd_in(format!(r#""listen":"127.0.0.1","port":{fwd}"#), "fwd-tcp"),
         fwd_in(format!(r#""listen":"@ferry-local-{n}""#), "fwd-abs"),
     );
@@ -329,14 +328,13 @@ fn echo_ok(entry: u16, len: usize) -> bool {
 #[test]
 fn a_10kb_path_goes_to_the_fallback_untouched_and_a_silent_client_is_closed() {
     let d = tempdir::Dir::new("fallbacks-odd");
-    let (tcp, h2, pp, tj) = (free_port(), free_port(), free_port(), free_port());
-    let _n = nginx(d.path(), tcp, h2, pp);
-    let c = cert(d.path());
-    let fbs = fallbacks_json(tcp, h2, pp, &d.path().join("nginx.sock"));
+    let s = sites(d.path());
+    let (c, fbs) = (&s.cert, &s.fbs);
+    let tj = free_port();
     let cfg = format!(
         r#"{{"log":{{"loglevel":"debug"}},"policy":{{"levels":{{"0":{{"handshake":2}}}}}},
             "inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
-        inbound("trojan", tj, &c, &fbs)
+        inbound("trojan", tj, c, fbs)
     );
     let f = ferry(&cfg, &[tj]);
     // A 10 KB path: no configured path matches, so the default fallback gets every byte and
