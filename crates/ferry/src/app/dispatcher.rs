@@ -281,12 +281,23 @@ impl Dispatcher {
     ) -> io::Result<()> {
         use crate::transport::Dialer;
         use tokio::io::AsyncWriteExt;
+        // The PROXY header `xver` asks for, with the client's own addresses.
+        let header = (fb.xver > 0).then(|| {
+            crate::transport::proxy_protocol::encode(fb.xver, &ctx.info.source, &ctx.info.local)
+        });
         let hops = HOPS.try_with(|h| *h).unwrap_or(0);
         if hops < LOCAL_HOPS {
             if let Some((serve, local)) = self.local_inbound(&fb.dest) {
-                return self
-                    .fall_back_locally(client, fb, ctx, serve, local, hops)
-                    .await;
+                // The header goes first, as it would on a dialed socket.
+                let stream: BoxStream = match header {
+                    Some(h) => {
+                        Box::new(crate::transport::prefixed::Prefixed::new(h.into(), client))
+                    }
+                    None => client,
+                };
+                // Boxed: every connection's future would otherwise carry this path's state.
+                let local = self.fall_back_locally(stream, fb, ctx, serve, local, hops);
+                return Box::pin(local).await;
             }
         }
         let dialer = crate::transport::SocketDialer {
@@ -314,12 +325,7 @@ impl Dispatcher {
                 }
             }
         };
-        if fb.xver > 0 {
-            let h = crate::transport::proxy_protocol::encode(
-                fb.xver,
-                &ctx.info.source,
-                &ctx.info.local,
-            );
+        if let Some(h) = header {
             server.write_all(&h).await?;
         }
         tracing::info!(
@@ -374,29 +380,19 @@ impl Dispatcher {
         None
     }
 
-    /// A fallback to an inbound of this instance: the connection goes to it in-process, as if
-    /// it had been dialed and accepted (the PROXY header first when `xver` asks; the inbound's
-    /// transport layers, PROXY parsing and protocol run as for any connection), without the
-    /// loopback socket, its two copies and a second relay.
+    /// A fallback to an inbound of this instance: the connection (`stream`: the PROXY header
+    /// first when `xver` asks, then the client's bytes) goes to it in-process, as if it had been
+    /// dialed and accepted (the inbound's transport layers, PROXY parsing and protocol run as for
+    /// any connection), without the loopback socket, its two copies and a second relay.
     async fn fall_back_locally(
         &self,
-        client: BoxStream,
+        stream: BoxStream,
         fb: &crate::proxy::fallback::Fallback,
         ctx: &InboundCtx,
         serve: Arc<crate::app::instance::Serve>,
         local: Endpoint,
         hops: u8,
     ) -> io::Result<()> {
-        let stream: BoxStream = if fb.xver > 0 {
-            let h = crate::transport::proxy_protocol::encode(
-                fb.xver,
-                &ctx.info.source,
-                &ctx.info.local,
-            );
-            Box::new(crate::transport::prefixed::Prefixed::new(h.into(), client))
-        } else {
-            client
-        };
         // Who the inbound sees: a dialed connection's source is the loopback address it went
         // to (unix: the socket's own name, as an accepted unix connection shows).
         let source = match &local {

@@ -48,32 +48,29 @@ impl SpliceDir {
     ) -> Poll<io::Result<()>> {
         use std::os::fd::AsRawFd;
         loop {
-            if !self.pending.is_empty() {
-                match to.try_write(&self.pending) {
+            // Bytes to write: those a layer held first, then the pipe's.
+            if !self.pending.is_empty() || self.left > 0 {
+                let wrote = if !self.pending.is_empty() {
+                    to.try_write(&self.pending)
+                } else {
+                    match &self.pipe {
+                        Some(p) => {
+                            let pr = p.get().read.as_raw_fd();
+                            to.try_write_io(|| sys::splice(pr, to.fd(), self.left))
+                        }
+                        None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                    }
+                };
+                match wrote {
                     Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                     Ok(n) => {
-                        self.pending.advance(n);
+                        if self.pending.is_empty() {
+                            self.left -= n;
+                        } else {
+                            self.pending.advance(n);
+                        }
                         *total += n as u64;
                         add(counters, n);
-                        activity.touch();
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        ready!(to.poll_write_ready(cx))?;
-                    }
-                    Err(e) => return Poll::Ready(Err(e)),
-                }
-                continue;
-            }
-            if self.left > 0 {
-                let pr = match &self.pipe {
-                    Some(p) => p.get().read.as_raw_fd(),
-                    None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-                };
-                match to.try_write_io(|| sys::splice(pr, to.fd(), self.left)) {
-                    Ok(m) => {
-                        self.left -= m;
-                        *total += m as u64;
-                        add(counters, m);
                         activity.touch();
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

@@ -206,14 +206,7 @@ pub fn wait_refused(port: u16, since: std::time::Instant, within: Duration, p: &
 /// when /proc is there).
 pub fn wait_listening(port: u16, p: &Proc) {
     let t = Instant::now();
-    loop {
-        let up = match listening_in_proc(port) {
-            Some(up) => up,
-            None => TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        };
-        if up {
-            return;
-        }
+    while !listening(port) {
         assert!(
             t.elapsed() < Duration::from_secs(20),
             "port {port} never listened\n{}",
