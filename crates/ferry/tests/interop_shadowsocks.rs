@@ -146,23 +146,21 @@ fn tcp_echo(port: u16, len: usize, seed: u64, who: &[&Proc]) {
 fn udp_echo(port: u16, who: &[&Proc]) {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut buf = [0u8; 4096];
+    let to = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut sent: Vec<Vec<u8>> = Vec::new();
     for i in 0..10u8 {
         let msg = pattern(200 + i as usize * 100, i as u64 + 1);
-        let mut ok = false;
-        // UDP may race the association set-up: retry a few times.
-        for _ in 0..5 {
-            s.send_to(&msg, ("127.0.0.1", port)).unwrap();
-            if let Ok((n, _)) = s.recv_from(&mut buf) {
-                assert_eq!(&buf[..n], &msg[..], "udp datagram {i} differs");
-                ok = true;
-                break;
-            }
-        }
-        if !ok {
+        // UDP may race the association set-up: resend a few times.
+        let got = udp_ask(&s, to, &msg, 5, |d| sent.iter().any(|m| m == d));
+        let logs = || {
             let logs: Vec<String> = who.iter().map(|p| p.output()).collect();
-            panic!("udp datagram {i} lost\n{}", logs.join("\n"));
+            logs.join("\n")
+        };
+        match got {
+            Some(d) => assert!(d == msg, "udp datagram {i} differs\n{}", logs()),
+            None => panic!("udp datagram {i} lost\n{}", logs()),
         }
+        sent.push(msg);
     }
 }
 

@@ -365,6 +365,29 @@ pub fn echo_server_greeting(hello: &'static [u8]) -> SocketAddr {
     addr
 }
 
+/// Sends `msg` from `u` to `to` and returns the first datagram back that `stale` does not take
+/// for a late answer to an earlier message; resends after each read timeout of `u`, `tries`
+/// sends in all, then `None`. A resend can bring two answers back, and the late one of
+/// datagram i must not be read as the answer to datagram i + 1.
+pub fn udp_ask(
+    u: &UdpSocket,
+    to: SocketAddr,
+    msg: &[u8],
+    tries: usize,
+    stale: impl Fn(&[u8]) -> bool,
+) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..tries {
+        u.send_to(msg, to).unwrap();
+        while let Ok((n, _)) = u.recv_from(&mut buf) {
+            if !stale(&buf[..n]) {
+                return Some(buf[..n].to_vec());
+            }
+        }
+    }
+    None
+}
+
 /// A UDP echo server on a free port.
 pub fn udp_echo_server() -> SocketAddr {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
