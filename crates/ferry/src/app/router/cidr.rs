@@ -10,10 +10,14 @@ use super::geodata::{self, wire::Cidr, Assets};
 use super::ranges::{in_ranges, merge};
 use crate::config::reader::{ConfigError, Result};
 
-/// Sorted, merged address ranges of both families.
+/// Sorted, merged address ranges of both families. IPv6 ranges that start and end on /64
+/// boundaries (nearly all of a geoip list: providers get /32 to /48) are kept by their upper 64
+/// bits, 16 bytes a range instead of 32; the rest by full addresses.
 #[derive(Debug, Clone, Default)]
 pub struct IpRanges {
     v4: Vec<(u32, u32)>,
+    /// Ranges of /64 prefixes: `(a, b)` holds every address whose upper 64 bits are in `a..=b`.
+    v6_64: Vec<(u64, u64)>,
     v6: Vec<(u128, u128)>,
 }
 
@@ -58,11 +62,21 @@ impl IpRanges {
                 }
             }
         }
+        let (mut v6_64, mut rest) = (Vec::new(), Vec::new());
+        for (a, b) in merge(v6, |x: u128| x.checked_add(1)) {
+            if a as u64 == 0 && b as u64 == u64::MAX {
+                v6_64.push(((a >> 64) as u64, (b >> 64) as u64));
+            } else {
+                rest.push((a, b));
+            }
+        }
         let mut r = IpRanges {
             v4: merge(v4, |x: u32| x.checked_add(1)),
-            v6: merge(v6, |x: u128| x.checked_add(1)),
+            v6_64,
+            v6: rest,
         };
         r.v4.shrink_to_fit();
+        r.v6_64.shrink_to_fit();
         r.v6.shrink_to_fit();
         r
     }
@@ -70,7 +84,10 @@ impl IpRanges {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match canonical(ip) {
             IpAddr::V4(a) => in_ranges(&self.v4, u32::from(a)),
-            IpAddr::V6(a) => in_ranges(&self.v6, u128::from(a)),
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                in_ranges(&self.v6_64, (a >> 64) as u64) || in_ranges(&self.v6, a)
+            }
         }
     }
 
@@ -78,22 +95,22 @@ impl IpRanges {
     pub fn has_family_of(&self, ip: IpAddr) -> bool {
         match canonical(ip) {
             IpAddr::V4(_) => !self.v4.is_empty(),
-            IpAddr::V6(_) => !self.v6.is_empty(),
+            IpAddr::V6(_) => !self.v6_64.is_empty() || !self.v6.is_empty(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty()
+        self.v4.is_empty() && self.v6_64.is_empty() && self.v6.is_empty()
     }
 
     /// Number of merged ranges.
     pub fn len(&self) -> usize {
-        self.v4.len() + self.v6.len()
+        self.v4.len() + self.v6_64.len() + self.v6.len()
     }
 
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.v4.capacity() * 8 + self.v6.capacity() * 32
+        self.v4.capacity() * 8 + self.v6_64.capacity() * 16 + self.v6.capacity() * 32
     }
 }
 
@@ -225,5 +242,56 @@ mod tests {
         assert!(!all.contains("::1".parse().unwrap()));
         assert!(IpSet::parse(&["1.2.3.4/33".to_string()], "ip").is_err());
         assert!(IpSet::parse(&["nope".to_string()], "ip").is_err());
+    }
+
+    /// IPv6 ranges on /64 boundaries go to the 64-bit table, others stay whole, and lookups
+    /// see both, at each edge.
+    #[test]
+    fn v6_ranges_split_by_alignment() {
+        let v: Vec<String> = [
+            "2001:db8::/32",
+            "2001:db9::/48",
+            "2001:dba:0:1::/64",
+            "2001:dbb::1/128",
+            "2001:dbc::/80",
+            "::/0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let s = IpSet::parse(&v[..5], "ip").unwrap();
+        // 2001:db8::/32 and 2001:db9::/48 are adjacent: one merged range.
+        assert_eq!(s.pos.v6_64.len(), 2, "{:?}", s.pos.v6_64);
+        assert_eq!(s.pos.v6.len(), 2, "{:?}", s.pos.v6);
+        assert_eq!(s.pos.len(), 4);
+        for ok in [
+            "2001:db8::",
+            "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
+            "2001:db9::1",
+            "2001:db9:0:ffff:ffff:ffff:ffff:ffff",
+            "2001:dba:0:1::",
+            "2001:dba:0:1:ffff:ffff:ffff:ffff",
+            "2001:dbb::1",
+            "2001:dbc::ffff:ffff:ffff",
+        ] {
+            assert!(s.contains(ok.parse().unwrap()), "{ok}");
+        }
+        for no in [
+            "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff",
+            "2001:db9:1::",
+            "2001:dba::ffff",
+            "2001:dba:0:2::",
+            "2001:dbb::",
+            "2001:dbb::2",
+            "2001:dbc:0:0:1::",
+            "10.0.0.1",
+        ] {
+            assert!(!s.contains(no.parse().unwrap()), "{no}");
+        }
+        let all = IpSet::parse(&v[5..], "ip").unwrap();
+        assert_eq!((all.pos.v6_64.len(), all.pos.v6.len()), (1, 0));
+        assert!(all.contains("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap()));
+        assert!(all.contains("::".parse().unwrap()));
+        assert!(!all.contains("1.2.3.4".parse().unwrap()));
     }
 }
