@@ -527,7 +527,22 @@ fn case_opts(client: Imp, server: Imp, o: Opts) {
         mode.name()
     );
     let logs = || logs(&[&sp, &cp]);
-    transfer(entry, big(), 0x3a7 + mode as u64, &what, &logs);
+    let seed = 0x3a7 + mode as u64;
+    if client == Xray && server == Xray && matches!(mode, PacketUp) {
+        // Xray's packet-up, at both ends, now and then hands a connection bytes that are not
+        // its own (BENCHMARKS.md, "Xray's packet-up now and then delivers another session's
+        // upload"; a CI run saw it here once). The reference pair gets a second connection;
+        // a case with Ferry at either end never does.
+        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            transfer(entry, big(), seed, &what, &logs)
+        }));
+        if first.is_err() {
+            eprintln!("{what}: Xray to Xray failed once (its packet-up bug); a second try");
+            transfer(entry, big(), seed + 1, &what, &logs);
+        }
+    } else {
+        transfer(entry, big(), seed, &what, &logs);
+    }
 
     if client == Xray {
         let host = match (o.host, shape) {

@@ -330,6 +330,9 @@ impl AsyncRead for Dressed {
             let n = me.rest.len().min(out.remaining());
             out.put_slice(&me.rest[..n]);
             me.rest.advance(n);
+            if me.rest.is_empty() {
+                me.rest = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut *me.inner).poll_read(cx, out)

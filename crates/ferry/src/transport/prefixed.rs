@@ -31,6 +31,11 @@ impl AsyncRead for Prefixed {
             let n = self.prefix.len().min(buf.remaining());
             buf.put_slice(&self.prefix[..n]);
             self.prefix.advance(n);
+            if self.prefix.is_empty() {
+                // Let go of the buffer behind it (a header reader's whole first read, 8 KiB
+                // or more), which an empty `Bytes` would hold for the connection's life.
+                self.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)

@@ -174,6 +174,10 @@ impl GrpcStream {
             .min(out.remaining());
         out.put_slice(&self.cur[..take]);
         self.cur.advance(take);
+        if self.cur.is_empty() {
+            // An empty slice of h2's read buffer still pins all of it while the stream idles.
+            self.cur = Bytes::new();
+        }
         self.dec.consume(take);
     }
 
@@ -251,6 +255,9 @@ impl AsyncRead for GrpcStream {
                 let k = me.cur.len().min(HEADER_PEEK);
                 me.rbuf.extend_from_slice(&me.cur[..k]);
                 me.cur.advance(k);
+                if me.cur.is_empty() {
+                    me.cur = Bytes::new();
+                }
                 continue;
             }
             match ready!(body.poll_data(cx)) {

@@ -320,6 +320,9 @@ impl AsyncRead for WsStream {
             let n = me.early.len().min(out.remaining());
             out.put_slice(&me.early[..n]);
             me.early.advance(n);
+            if me.early.is_empty() {
+                me.early = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         me.flush_control(cx)?;

@@ -211,6 +211,10 @@ impl BodyReader {
                 let n = self.pending.len().min(out.remaining());
                 out.put_slice(&self.pending[..n]);
                 bytes::Buf::advance(&mut self.pending, n);
+                if self.pending.is_empty() {
+                    // An empty slice of h2's read buffer still pins all of it while idle.
+                    self.pending = Bytes::new();
+                }
                 return Poll::Ready(Ok(true));
             }
             match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {

@@ -446,7 +446,9 @@ impl XhttpServer {
         info: &ConnInfo,
         each: &(dyn Fn(BoxStream, ConnInfo) + Send + Sync),
     ) -> io::Result<()> {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(BoxStream, ConnInfo)>();
+        // Boxed: the channel allocates its first block of 32 slots up front, for every HTTP
+        // connection (32 pointers instead of 32 connection infos, ~4 KiB less).
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Box<(BoxStream, ConnInfo)>>();
         let handler = Arc::new(Handler {
             settings: self.settings.clone(),
             trusted_xff: self.trusted_xff.clone(),
@@ -473,12 +475,12 @@ impl XhttpServer {
         let result = loop {
             tokio::select! {
                 r = &mut conn => break r,
-                Some((s, i)) = rx.recv() => each(s, i),
+                Some(c) = rx.recv() => each(c.0, c.1),
             }
         };
         // Proxied connections made as the HTTP connection ended still go.
-        while let Ok((s, i)) = rx.try_recv() {
-            each(s, i);
+        while let Ok(c) = rx.try_recv() {
+            each(c.0, c.1);
         }
         match result {
             // A client closing its connection in the middle of a download is how a tunnel
@@ -500,7 +502,7 @@ struct Handler {
     trusted_xff: Arc<[String]>,
     sessions: Arc<Sessions>,
     info: ConnInfo,
-    tx: tokio::sync::mpsc::UnboundedSender<(BoxStream, ConnInfo)>,
+    tx: tokio::sync::mpsc::UnboundedSender<Box<(BoxStream, ConnInfo)>>,
 }
 
 fn status(code: StatusCode, headers: HeaderMap) -> Response<ServerBody> {
@@ -625,7 +627,7 @@ impl Handler {
         }
         let (down, body) = pipe(DOWN_BUFFER);
         let conn = ServerConn { up, down };
-        if self.tx.send((Box::new(conn), info)).is_err() {
+        if self.tx.send(Box::new((Box::new(conn), info))).is_err() {
             return status(StatusCode::SERVICE_UNAVAILABLE, HeaderMap::new());
         }
         let mut r = status(StatusCode::OK, h);
