@@ -4,6 +4,7 @@
 //! decimal the request carried.
 #![no_main]
 use ferry::transport::xhttp::meta::{classify, Leg};
+use ferry::transport::xhttp::obfs::{self, DataPlacement, PadMethod, PadPlacement};
 use ferry::transport::xhttp::{Mode, Placement, XhttpSettings};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
@@ -46,6 +47,34 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         s.mode = mode;
         if i == 2 {
             s.host.clear();
+        }
+        // The 2026 obfuscation options: each padding placement and method in turn, and
+        // packet-up's uplink data from headers and cookies.
+        s.padding_obfs = i > 0;
+        s.padding_placement = [
+            PadPlacement::QueryInHeader,
+            PadPlacement::Cookie,
+            PadPlacement::Header,
+            PadPlacement::Query,
+        ][i];
+        s.padding_method = if i % 2 == 1 {
+            PadMethod::Tokenish
+        } else {
+            PadMethod::RepeatX
+        };
+        s.data_placement = [
+            DataPlacement::Auto,
+            DataPlacement::Cookie,
+            DataPlacement::Header,
+            DataPlacement::Body,
+        ][i];
+        s.data_key = if i == 1 { "x_data".into() } else { "X-Data".into() };
+        let pad = obfs::request_padding(&s, uri.query(), &headers);
+        if obfs::valid(s.padding_method, s.padding, &pad) {
+            assert!(!pad.is_empty());
+        }
+        if let Ok(d) = obfs::request_data(&s, &headers) {
+            assert!(d.len() <= data.len());
         }
         match classify(&s, &method, &uri, &headers) {
             Ok(Leg::StreamDown { session }) | Ok(Leg::StreamUp { session }) => {

@@ -748,7 +748,8 @@ fn xray_vless_out(tag: &str, port: u16, id: &str, flow: &str, stream: Value) -> 
 /// REALITY, VLESS over XHTTP with REALITY, VLESS over plain XHTTP (packet-up); an Xray client
 /// carries 1 MB through each, byte-exact, and the added inbounds' counters saw the bytes.
 /// The same settings as outbounds (`xray api ado`) take Ferry's own client through them.
-/// A splithttp config with what Ferry does not do (padding obfuscation) is refused by name.
+/// A splithttp config with the 2026 padding obfuscation comes through the API too (its wire is
+/// `interop_xhttp`'s).
 #[test]
 fn xray_api_adds_reality_and_xhttp_inbounds() {
     let echo = echo_server();
@@ -947,16 +948,19 @@ fn xray_api_adds_reality_and_xhttp_inbounds() {
         }
     }
 
-    // What Ferry does not do is refused by name, and nothing of it stays.
-    let mut bad = files[2].clone();
-    bad["inbounds"][0]["tag"] = json!("in-obfs");
-    bad["inbounds"][0]["port"] = json!(free_port());
-    bad["inbounds"][0]["streamSettings"]["xhttpSettings"]["xPaddingObfsMode"] = json!(true);
-    let path = write_json(dir.path(), "bad.json", &bad);
+    // The obfuscation options as `xray api adi` encodes them are taken.
+    let mut obfs = files[2].clone();
+    obfs["inbounds"][0]["tag"] = json!("in-obfs");
+    obfs["inbounds"][0]["port"] = json!(free_port());
+    let x = &mut obfs["inbounds"][0]["streamSettings"]["xhttpSettings"];
+    x["xPaddingObfsMode"] = json!(true);
+    x["xPaddingPlacement"] = json!("cookie");
+    x["xPaddingMethod"] = json!("tokenish");
+    let path = write_json(dir.path(), "obfs.json", &obfs);
     let (ok, _, err) = xapi(api, &["adi", &path]);
-    assert!(!ok && err.contains("padding obfuscation"), "{err}");
+    assert!(ok, "{err}");
     let l = xjson(api, &["lsi", "--isOnlyTags=true"]);
-    assert!(!l.to_string().contains("in-obfs"), "{l}");
+    assert!(l.to_string().contains("in-obfs"), "{l}");
 }
 
 /// 3x-ui edits an inbound by removing it and adding it again, same tag and port, at once:

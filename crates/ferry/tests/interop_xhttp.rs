@@ -454,6 +454,10 @@ struct Opts {
     alias: bool,
     /// `host` on both ends (it differs from the TLS server name and the dialed address).
     host: Option<&'static str>,
+    /// More `xhttpSettings` fields on both ends (a JSON fragment starting with a comma).
+    extra: &'static str,
+    /// Bytes up and down; 0: the matrix's size (`big()`).
+    len: usize,
 }
 
 impl Opts {
@@ -465,6 +469,8 @@ impl Opts {
             shape,
             alias: false,
             host: None,
+            extra: "",
+            len: 0,
         }
     }
 
@@ -489,7 +495,8 @@ fn matrix_stream(o: &Opts, mode: Option<Mode>, security: &str) -> String {
         .host
         .map(|h| format!(r#","host":"{h}""#))
         .unwrap_or_default();
-    format!(r#"{{"network":"{net}","{key}":{{"path":"{XPATH}"{h}{m}}},{security}}}"#)
+    let x = o.extra;
+    format!(r#"{{"network":"{net}","{key}":{{"path":"{XPATH}"{h}{m}{x}}},{security}}}"#)
 }
 
 fn case(client: Imp, server: Imp, mode: Mode, shape: Shape) {
@@ -528,6 +535,7 @@ fn case_opts(client: Imp, server: Imp, o: Opts) {
     );
     let logs = || logs(&[&sp, &cp]);
     let seed = 0x3a7 + mode as u64;
+    let big = || if o.len > 0 { o.len } else { big() };
     if client == Xray && server == Xray && matches!(mode, PacketUp) {
         // Xray's packet-up, at both ends, now and then hands a connection bytes that are not
         // its own (BENCHMARKS.md, "Xray's packet-up now and then delivers another session's
@@ -564,9 +572,13 @@ fn case_opts(client: Imp, server: Imp, o: Opts) {
         assert!(!heads.is_empty(), "{what}: no connection through the tap");
         for h in &heads {
             let ok = match mode {
-                StreamOne => h.starts_with("POST /xh/ HTTP/1.1\r\n"),
+                // (A path without a session: only a query may follow it.)
+                StreamOne => h.starts_with("POST /xh/ ") || h.starts_with("POST /xh/?"),
                 _ => h.starts_with("GET /xh/") || h.starts_with("POST /xh/"),
-            };
+            } && h
+                .split("\r\n")
+                .next()
+                .is_some_and(|l| l.ends_with(" HTTP/1.1"));
             assert!(
                 ok,
                 "{what}: a connection opened with {h:?}, not the HTTP/1.1 request expected\n{}",
@@ -669,6 +681,8 @@ const fn auto_client(shape: Shape, server: Mode) -> Opts {
         shape,
         alias: false,
         host: None,
+        extra: "",
+        len: 0,
     }
 }
 
@@ -680,6 +694,8 @@ const fn auto_server(mode: Mode, shape: Shape) -> Opts {
         shape,
         alias: false,
         host: None,
+        extra: "",
+        len: 0,
     }
 }
 
@@ -694,7 +710,69 @@ const HOST: Opts = Opts {
     ..Opts::new(PacketUp, Plain)
 };
 
+// The 2026 obfuscation options (Xray v26.3.27), the same on both ends. Packet-up pads every
+// POST, so a few MB make hundreds of padded requests.
+
+/// Padding in `X-Padding: URL?x_padding=...` (queryInHeader, the default placement), tokenish.
+const PAD_QUERY_IN_HEADER: Opts = Opts {
+    extra: r#","xPaddingObfsMode":true,"xPaddingMethod":"tokenish""#,
+    len: 4 << 20,
+    ..Opts::new(PacketUp, Plain)
+};
+
+/// Padding alone in a header of its own name.
+const PAD_HEADER: Opts = Opts {
+    extra: r#","xPaddingObfsMode":true,"xPaddingPlacement":"header","xPaddingHeader":"X-Ferry-Pad""#,
+    len: 8 << 20,
+    ..Opts::new(StreamUp, TlsH2)
+};
+
+/// Padding in a cookie of its own name, over h2 (where each cookie is a header field), tokenish.
+const PAD_COOKIE: Opts = Opts {
+    extra: r#","xPaddingObfsMode":true,"xPaddingPlacement":"cookie","xPaddingKey":"pk","xPaddingMethod":"tokenish""#,
+    len: 4 << 20,
+    ..Opts::new(PacketUp, TlsH2)
+};
+
+/// Padding in the request's query, beside a query of the path, with a 10-20 byte range.
+const PAD_QUERY: Opts = Opts {
+    extra: r#","xPaddingObfsMode":true,"xPaddingPlacement":"query","xPaddingBytes":"10-20""#,
+    len: 8 << 20,
+    ..Opts::new(StreamOne, Plain)
+};
+
+/// Packet-up uplink data in headers `X-Data-N` (small packets, so the headers fit the server's
+/// limit, which is raised; no pause between POSTs so the test does not crawl).
+const DATA_HEADER: Opts = Opts {
+    extra: r#","uplinkDataPlacement":"header","scMaxEachPostBytes":"3000-4000","scMinPostsIntervalMs":1,"serverMaxHeaderBytes":65536"#,
+    len: 512 << 10,
+    ..Opts::new(PacketUp, Plain)
+};
+
+/// The same in cookies `x_data_N`, over h2, in chunks of 500-700 characters.
+const DATA_COOKIE: Opts = Opts {
+    extra: r#","uplinkDataPlacement":"cookie","uplinkChunkSize":"500-700","scMaxEachPostBytes":"3000-4000","scMinPostsIntervalMs":1,"serverMaxHeaderBytes":65536"#,
+    len: 512 << 10,
+    ..Opts::new(PacketUp, TlsH2)
+};
+
 opt_cases! {
+    xray_to_ferry_padding_query_in_header_tokenish: Xray, Ferry, PAD_QUERY_IN_HEADER;
+    ferry_to_xray_padding_query_in_header_tokenish: Ferry, Xray, PAD_QUERY_IN_HEADER;
+    xray_to_ferry_padding_header: Xray, Ferry, PAD_HEADER;
+    ferry_to_xray_padding_header: Ferry, Xray, PAD_HEADER;
+    xray_to_ferry_padding_cookie_tokenish: Xray, Ferry, PAD_COOKIE;
+    ferry_to_xray_padding_cookie_tokenish: Ferry, Xray, PAD_COOKIE;
+    xray_to_ferry_padding_query: Xray, Ferry, PAD_QUERY;
+    ferry_to_xray_padding_query: Ferry, Xray, PAD_QUERY;
+    ferry_to_ferry_padding_cookie_tokenish: Ferry, Ferry, PAD_COOKIE;
+    xray_to_ferry_uplink_data_in_headers: Xray, Ferry, DATA_HEADER;
+    ferry_to_xray_uplink_data_in_headers: Ferry, Xray, DATA_HEADER;
+    xray_to_ferry_uplink_data_in_cookies: Xray, Ferry, DATA_COOKIE;
+    ferry_to_xray_uplink_data_in_cookies: Ferry, Xray, DATA_COOKIE;
+    ferry_to_ferry_uplink_data_in_cookies: Ferry, Ferry, DATA_COOKIE;
+    xray_to_xray_uplink_data_in_headers: Xray, Xray, DATA_HEADER;
+
     xray_to_xray_auto_plain: Xray, Xray, auto_client(Plain, PacketUp);
     xray_to_xray_auto_tls_h2: Xray, Xray, auto_client(TlsH2, PacketUp);
     xray_to_xray_auto_reality: Xray, Xray, auto_client(Reality, StreamOne);

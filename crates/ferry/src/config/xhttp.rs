@@ -1,6 +1,6 @@
 //! `xhttpSettings` / `splithttpSettings`, with Xray's checks (`infra/conf/transport_internet.go`
-//! `SplitHTTPConfig.Build`) and its `extra` object. What Ferry does not do yet (HTTP/3, the
-//! 2026 padding obfuscation, uplink data in headers or cookies) is an error naming it.
+//! `SplitHTTPConfig.Build`) and its `extra` object, the 2026 obfuscation options included.
+//! What Ferry does not do yet (HTTP/3) is an error naming it.
 
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::common::{Address, Destination};
 use crate::config::reader::{as_i64, ConfigError, Obj, Result};
 use crate::transport::chain::Network;
+use crate::transport::xhttp::obfs::{DataPlacement, PadMethod, PadPlacement};
 use crate::transport::xhttp::{Download, DownloadLeg, Mode, Placement, Range, XhttpSettings, Xmux};
 
 /// Xray's `Int32Range`: a number, or a string `"n"` or `"from-to"` (either may be negative;
@@ -190,34 +191,69 @@ fn fields(o: &Obj<'_>, x: &mut XhttpSettings, outbound: bool) -> Result<()> {
             x.server_max_header_bytes = n as usize;
         }
     }
-    // The 2026 obfuscation options: Ferry has the defaults; anything else is named.
-    if o.bool("xPaddingObfsMode")?.unwrap_or(false) {
+    // The 2026 obfuscation options (Xray v26.3.27 `SplitHTTPConfig.Build`).
+    x.padding_obfs = o.bool("xPaddingObfsMode")?.unwrap_or(false);
+    for (key, field, default) in [
+        ("xPaddingKey", &mut x.padding_key, "x_padding"),
+        ("xPaddingHeader", &mut x.padding_header, "X-Padding"),
+    ] {
+        let v = o.str(key)?.unwrap_or_default();
+        *field = if v.is_empty() { default.into() } else { v };
+    }
+    if http::HeaderName::from_bytes(x.padding_header.as_bytes()).is_err() {
         return Err(ConfigError::new(
-            o.key_path("xPaddingObfsMode"),
-            "padding obfuscation is not supported by Ferry yet",
+            o.key_path("xPaddingHeader"),
+            "not an HTTP header name",
         ));
     }
-    o.ignore(&[
-        "xPaddingKey",
-        "xPaddingHeader",
-        "xPaddingPlacement",
-        "xPaddingMethod",
-    ]);
-    for (key, ok) in [
-        ("xPaddingPlacement", &["", "queryInHeader"][..]),
-        ("xPaddingMethod", &["", "repeat-x"][..]),
-        ("uplinkDataPlacement", &["", "auto", "body"][..]),
-    ] {
-        if let Some(v) = o.str(key)? {
-            if !ok.contains(&v.as_str()) {
-                return Err(ConfigError::new(
-                    o.key_path(key),
-                    format!("{v:?} is not supported by Ferry yet"),
-                ));
-            }
-        }
+    if let Some(v) = o.str("xPaddingPlacement")? {
+        x.padding_placement = PadPlacement::parse(&v).ok_or_else(|| {
+            ConfigError::new(
+                o.key_path("xPaddingPlacement"),
+                format!("unsupported padding placement: {v}"),
+            )
+        })?;
     }
-    o.ignore(&["uplinkDataKey", "uplinkChunkSize"]);
+    if let Some(v) = o.str("xPaddingMethod")? {
+        x.padding_method = PadMethod::parse(&v).ok_or_else(|| {
+            ConfigError::new(
+                o.key_path("xPaddingMethod"),
+                format!("unsupported padding method: {v}"),
+            )
+        })?;
+    }
+    if let Some(v) = o.str("uplinkDataPlacement")? {
+        let p = DataPlacement::parse(&v).ok_or_else(|| {
+            ConfigError::new(
+                o.key_path("uplinkDataPlacement"),
+                format!("unsupported uplink data placement: {v}"),
+            )
+        })?;
+        if matches!(p, DataPlacement::Header | DataPlacement::Cookie) && x.mode != Mode::PacketUp {
+            return Err(ConfigError::new(
+                o.key_path("uplinkDataPlacement"),
+                format!("UplinkDataPlacement can be {v} only in packet-up mode"),
+            ));
+        }
+        x.data_placement = p;
+    }
+    x.data_key = match o.str("uplinkDataKey")?.unwrap_or_default() {
+        k if !k.is_empty() => k,
+        _ if x.data_placement == DataPlacement::Cookie => "x_data".into(),
+        _ => "X-Data".into(),
+    };
+    let chunk = positive(o, "uplinkChunkSize", Range::default())?;
+    x.chunk_size = if chunk.to == 0 {
+        match x.data_placement {
+            DataPlacement::Cookie => Range::new(2048, 3072),
+            DataPlacement::Header => Range::new(3000, 4000),
+            _ => x.max_each_post,
+        }
+    } else if chunk.from < 64 {
+        Range::new(64, chunk.to.max(64))
+    } else {
+        chunk
+    };
     let method = o
         .str("uplinkHTTPMethod")?
         .unwrap_or_default()

@@ -17,8 +17,9 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::obfs::{self, DataPlacement};
 use super::pipe::{pipe, BodyReader, PipeBody, PipeWriter};
-use super::{padding, Mode, Placement, XhttpSettings};
+use super::{Mode, Placement, XhttpSettings};
 use crate::common::Destination;
 use crate::transport::grpc::{CONN_WINDOW, STREAM_WINDOW};
 use crate::transport::upgrade::DEFAULT_USER_AGENT;
@@ -270,7 +271,9 @@ impl LegClient {
         }
     }
 
-    /// The request head of a leg: URL with the session (and seq) placed, padding, headers.
+    /// The request head of a leg: URL with the session (and seq) placed, padding, headers, and
+    /// for packet-up with `uplinkDataPlacement` header or cookie the packet's `data` (Xray's
+    /// order: data, padding, session, seq).
     fn request(
         &self,
         server: &Destination,
@@ -278,14 +281,34 @@ impl LegClient {
         session: &str,
         seq: Option<u64>,
         streaming_up: bool,
+        data: Option<&[u8]>,
     ) -> io::Result<http::request::Builder> {
         let s = &self.settings;
         let authority = self.authority(server);
         let scheme = if self.https { "https" } else { "http" };
         let mut path = s.path.clone();
-        let mut query = s.query.clone();
+        let mut query: Vec<(String, String)> = Vec::new();
+        let mut sort_query = false;
         let mut extra: Vec<(String, String)> = Vec::new();
         let mut cookies: Vec<String> = Vec::new();
+        if let Some(data) = data {
+            let chunks = obfs::data_chunks(data, s.chunk_size);
+            for (i, c) in chunks.into_iter().enumerate() {
+                match s.data_placement {
+                    DataPlacement::Cookie => cookies.push(format!("{}_{i}={c}", s.data_key)),
+                    _ => extra.push((format!("{}-{i}", s.data_key), c)),
+                }
+            }
+        }
+        // The padding's URL is the request's before the session and seq are placed.
+        match obfs::for_request(s, &format!("{scheme}://{authority}{path}")) {
+            obfs::RequestPadding::Header(k, v) => extra.push((k, v)),
+            obfs::RequestPadding::Cookie(c) => cookies.push(c),
+            obfs::RequestPadding::Query(k, v) => {
+                query.push((k, v));
+                sort_query = true;
+            }
+        }
         let mut place = |p: Placement, key: &str, v: &str| match p {
             Placement::Path => {
                 if !path.ends_with('/') {
@@ -294,10 +317,8 @@ impl LegClient {
                 path.push_str(v);
             }
             Placement::Query => {
-                if !query.is_empty() {
-                    query.push('&');
-                }
-                query.push_str(&format!("{key}={v}"));
+                query.push((key.to_string(), v.to_string()));
+                sort_query = true;
             }
             Placement::Header => extra.push((key.to_string(), v.to_string())),
             Placement::Cookie => cookies.push(format!("{key}={v}")),
@@ -308,16 +329,30 @@ impl LegClient {
         if let Some(seq) = seq {
             place(s.seq_placement, s.seq_key(), &seq.to_string());
         }
-        let q = if query.is_empty() {
+        // Go sets query pairs with `url.Values`, whose encoding sorts them by key.
+        let mut pairs: Vec<(String, String)> = s
+            .query
+            .split('&')
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (k.to_string(), v.to_string())
+            })
+            .filter(|(k, _)| !query.iter().any(|(q, _)| q == k))
+            .collect();
+        pairs.extend(query);
+        if sort_query {
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        let q = if pairs.is_empty() {
             String::new()
+        } else if !sort_query {
+            format!("?{}", s.query)
         } else {
-            format!("?{query}")
+            let joined: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("?{}", joined.join("&"))
         };
         let url = format!("{scheme}://{authority}{path}{q}");
-        let referer = format!(
-            "{scheme}://{authority}{path}?x_padding={}",
-            padding(s.padding.rand())
-        );
         let mut b = Request::builder().method(method);
         b = match self.version {
             Version::H2 => b.uri(url),
@@ -351,7 +386,6 @@ impl LegClient {
                 b = b.header(k, v);
             }
         }
-        b = b.header(http::header::REFERER, referer);
         for (k, v) in extra {
             b = b.header(k, v);
         }
@@ -458,7 +492,7 @@ impl Dialer for XhttpDialer {
         }
         if self.mode == Mode::StreamOne {
             let (writer, body) = pipe(UP_BUFFER);
-            let head = up.request(server, uplink_method(&up.settings), "", None, true)?;
+            let head = up.request(server, uplink_method(&up.settings), "", None, true, None)?;
             let req = build(head, ClientBody::Pipe(body))?;
             let (resp, guard) = up.send(up_entry.as_deref(), server, req).await?;
             tracing::debug!("XHTTP: stream-one to {server}");
@@ -480,7 +514,7 @@ impl Dialer for XhttpDialer {
             Some(_) => None,
             None => up_entry.clone(),
         };
-        let head = down.request(down_server, Method::GET, &session, None, false)?;
+        let head = down.request(down_server, Method::GET, &session, None, false, None)?;
         let (resp, guard) = down
             .send(
                 down_entry.as_deref(),
@@ -491,7 +525,14 @@ impl Dialer for XhttpDialer {
         tracing::debug!("XHTTP: {} session {session} to {server}", self.mode.name());
         let writer = if self.mode == Mode::StreamUp {
             let (writer, body) = pipe(UP_BUFFER);
-            let head = up.request(server, uplink_method(&up.settings), &session, None, true)?;
+            let head = up.request(
+                server,
+                uplink_method(&up.settings),
+                &session,
+                None,
+                true,
+                None,
+            )?;
             let (post, post_guard) = up
                 .send(
                     up_entry.as_deref(),
@@ -589,6 +630,10 @@ async fn upload_packets(
         last = Some(Instant::now());
         let this_seq = seq;
         seq += 1;
+        let in_head = matches!(
+            client.settings.data_placement,
+            DataPlacement::Header | DataPlacement::Cookie
+        );
         let make = || {
             let head = client.request(
                 &server,
@@ -596,7 +641,13 @@ async fn upload_packets(
                 &session,
                 Some(this_seq),
                 false,
+                in_head.then_some(&chunk[..]),
             )?;
+            if in_head {
+                // The data went into the head: an empty body.
+                let head = head.header(http::header::CONTENT_LENGTH, HeaderValue::from(0));
+                return build(head, ClientBody::Full(None));
+            }
             let head = head.header(http::header::CONTENT_LENGTH, HeaderValue::from(chunk.len()));
             build(head, ClientBody::Full(Some(chunk.clone())))
         };

@@ -66,14 +66,15 @@ pub fn classify(
     if method == Method::OPTIONS {
         return Ok(Leg::Options);
     }
-    let pad = padding_of(uri, headers);
-    let len = pad.map(str::len).unwrap_or(0);
-    if pad.is_none_or(str::is_empty) || !s.padding.contains(len.min(u32::MAX as usize) as u32) {
+    let pad = super::obfs::request_padding(s, uri.query(), headers);
+    if !super::obfs::valid(s.padding_method, s.padding, &pad) {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
             format!(
-                "padding of {len} bytes is outside {}-{}",
-                s.padding.from, s.padding.to
+                "padding of {} bytes is outside {}-{}",
+                pad.len(),
+                s.padding.from,
+                s.padding.to
             ),
         ));
     }
@@ -118,20 +119,6 @@ pub fn host_matches(request: &str, config: &str) -> bool {
     };
     let c = config.to_ascii_lowercase();
     host == c || host == c.trim_start_matches('[').trim_end_matches(']')
-}
-
-/// The padding: `x_padding` in the query of the `Referer`, or (older clients, and requests
-/// without a Referer) in the request's own query.
-pub fn padding_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
-    match headers.get(http::header::REFERER) {
-        Some(r) => {
-            let r = r.to_str().ok()?;
-            let q = r.split_once('?')?.1;
-            let q = q.split('#').next().unwrap_or(q);
-            query_get(q, "x_padding")
-        }
-        None => query_get(uri.query()?, "x_padding"),
-    }
 }
 
 /// The value of `key` in a query string (first occurrence, not percent-decoded: the padding

@@ -16,6 +16,7 @@
 
 pub mod client;
 pub mod meta;
+pub mod obfs;
 pub mod pipe;
 pub mod server;
 
@@ -195,6 +196,17 @@ pub struct XhttpSettings {
     pub seq_key: String,
     /// `uplinkHTTPMethod` (client; GET only in packet-up).
     pub uplink_method: String,
+    /// `xPaddingObfsMode` and the options it enables (see [`obfs`]).
+    pub padding_obfs: bool,
+    pub padding_key: String,
+    pub padding_header: String,
+    pub padding_placement: obfs::PadPlacement,
+    /// How padding is made; the server checks lengths by it even without `padding_obfs`.
+    pub padding_method: obfs::PadMethod,
+    /// `uplinkDataPlacement`, its key (defaults resolved) and `uplinkChunkSize` (client).
+    pub data_placement: obfs::DataPlacement,
+    pub data_key: String,
+    pub chunk_size: Range,
     pub xmux: Xmux,
     pub download: Option<Download>,
 }
@@ -220,6 +232,14 @@ impl Default for XhttpSettings {
             seq_placement: Placement::Path,
             seq_key: String::new(),
             uplink_method: "POST".into(),
+            padding_obfs: false,
+            padding_key: "x_padding".into(),
+            padding_header: "X-Padding".into(),
+            padding_placement: obfs::PadPlacement::QueryInHeader,
+            padding_method: obfs::PadMethod::RepeatX,
+            data_placement: obfs::DataPlacement::Auto,
+            data_key: "X-Data".into(),
+            chunk_size: Range::new(1_000_000, 1_000_000),
             xmux: Xmux::default(),
             download: None,
         }

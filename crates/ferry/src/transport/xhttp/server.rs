@@ -24,6 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::meta::{self, Leg};
+use super::obfs::{self, DataPlacement};
 use super::pipe::{pipe, BodyReader, PipeBody, PipeWriter};
 use super::{padding, XhttpSettings};
 use crate::session::{ConnInfo, Endpoint};
@@ -529,9 +530,13 @@ impl Handler {
             }
         }
         let mut h = cors(req.method(), req.headers());
-        if let Ok(v) = HeaderValue::from_str(&padding(s.padding.rand())) {
-            h.insert("x-padding", v);
+        if obfs::uses_cookies(s) {
+            h.insert(
+                "access-control-allow-credentials",
+                HeaderValue::from_static("true"),
+            );
         }
+        obfs::add_response_padding(s, &mut h);
         let leg = match leg {
             Ok(l) => l,
             Err(r) => {
@@ -644,6 +649,21 @@ impl Handler {
         mut h: HeaderMap,
     ) -> Response<ServerBody> {
         let max = self.settings.max_each_post.to as usize;
+        // Uplink data in headers or cookies (uplinkDataPlacement), before any body.
+        let head_data = match obfs::request_data(&self.settings, req.headers()) {
+            Ok(d) => d,
+            Err((code, why)) => {
+                tracing::info!(
+                    "XHTTP: packet {seq} of session {session} from {}: {why}",
+                    self.info.source
+                );
+                return status(code, h);
+            }
+        };
+        let body_allowed = matches!(
+            self.settings.data_placement,
+            DataPlacement::Auto | DataPlacement::Body
+        );
         let declared = req
             .headers()
             .get(http::header::CONTENT_LENGTH)
@@ -663,6 +683,9 @@ impl Handler {
         let mut body = req.into_body();
         let mut data = bytes::BytesMut::new();
         loop {
+            if !body_allowed {
+                break;
+            }
             match poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
                 None => break,
                 Some(Err(e)) => {
@@ -686,7 +709,22 @@ impl Handler {
         if data.is_empty() {
             h.insert("cache-control", HeaderValue::from_static("no-store"));
         }
-        if let Err(why) = sess.push(seq, data.freeze()).await {
+        let data = if head_data.is_empty() {
+            data.freeze()
+        } else {
+            let mut all = head_data;
+            all.extend_from_slice(&data);
+            if all.len() > max {
+                tracing::info!(
+                    "XHTTP: packet {seq} from {} carries {} bytes, over scMaxEachPostBytes {max}",
+                    self.info.source,
+                    all.len()
+                );
+                return status(StatusCode::PAYLOAD_TOO_LARGE, h);
+            }
+            bytes::Bytes::from(all)
+        };
+        if let Err(why) = sess.push(seq, data).await {
             tracing::info!(
                 "XHTTP: packet {seq} of session {session} from {}: {why}",
                 self.info.source
