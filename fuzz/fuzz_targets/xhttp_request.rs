@@ -68,7 +68,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             DataPlacement::Header,
             DataPlacement::Body,
         ][i];
-        s.data_key = if i == 1 { "x_data".into() } else { "X-Data".into() };
+        s.data_key = if i == 1 {
+            "x_data".into()
+        } else {
+            "X-Data".into()
+        };
         let pad = obfs::request_padding(&s, uri.query(), &headers);
         if obfs::valid(s.padding_method, s.padding, &pad) {
             assert!(!pad.is_empty());

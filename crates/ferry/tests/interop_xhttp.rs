@@ -1657,3 +1657,75 @@ fn mihomo_to_ferry_stream_one_plain() {
 fn mihomo_to_ferry_stream_one_tls_h2() {
     mihomo_case(StreamOne, true);
 }
+
+// ---------------------------------------------------------------------------------------
+// XMUX: how many HTTP/2 connections a client's tunnels take (transports2.md §3.5)
+
+/// Opens `tunnels` tunnels through a Ferry client in stream-one over TLS h2 with `xmux` (all
+/// held open at once when `together`, else one after the other, each closed before the
+/// next) to a Ferry server, and returns how many TCP connections a tap between them saw.
+fn xmux_connections(xmux: &str, tunnels: usize, together: bool) -> usize {
+    let fx = Fixture::new("xmux");
+    let echo = echo_server();
+    let (sport, entry) = (free_port(), free_port());
+    let o = Opts::new(StreamOne, TlsH2);
+    let sstream = matrix_stream(&o, Some(StreamOne), &server_security(TlsH2, &fx));
+    let sp = start_server(
+        Ferry,
+        &[vless_inbound(sport, "u@t", "", &sstream)],
+        &[sport],
+        false,
+    );
+    let tap = Tap::new(sport);
+    let cstream = format!(
+        r#"{{"network":"xhttp","xhttpSettings":{{"path":"{XPATH}","mode":"stream-one","xmux":{xmux}}},{}}}"#,
+        client_security(TlsH2, &fx)
+    );
+    let cp = spawn(
+        Ferry,
+        &client_config(entry, echo.port(), tap.port, &cstream),
+        &[entry],
+    );
+    let logs = || logs(&[&sp, &cp]);
+    let mut held = Vec::new();
+    for i in 0..tunnels {
+        let mut s = TcpStream::connect(("127.0.0.1", entry)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.write_all(b"hello").unwrap();
+        let mut b = [0u8; 5];
+        if let Err(e) = s.read_exact(&mut b) {
+            panic!("xmux {xmux}: tunnel {i}: {e}\n{}", logs());
+        }
+        assert_eq!(&b, b"hello");
+        if together {
+            held.push(s);
+        } else {
+            drop(s);
+            // The tunnel's request ends before the next one picks a connection.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    let n = tap.conns.lock().unwrap().len();
+    n
+}
+
+#[test]
+fn xmux_limits_decide_the_connections() {
+    // At most 2 tunnels on a connection at once: 5 open tunnels take 3.
+    assert_eq!(xmux_connections(r#"{"maxConcurrency":2}"#, 5, true), 3);
+    // At most 2 connections: 5 open tunnels share them.
+    assert_eq!(xmux_connections(r#"{"maxConnections":2}"#, 5, true), 2);
+    // One connection, used by at most 2 tunnels in its life: 5 in turn take 3.
+    assert_eq!(
+        xmux_connections(r#"{"maxConnections":1,"cMaxReuseTimes":2}"#, 5, false),
+        3
+    );
+    // One connection for at most 3 requests (a stream-one tunnel is one): 5 in turn take 2.
+    assert_eq!(
+        xmux_connections(r#"{"maxConnections":1,"hMaxRequestTimes":3}"#, 5, false),
+        2
+    );
+    // Ferry's default (Xray v26.7.28's): 3 connections, each new tunnel on a new one until
+    // there are 3, then shared.
+    assert_eq!(xmux_connections("{}", 5, true), 3);
+}
