@@ -125,16 +125,22 @@ pub fn tokenish(target: usize) -> String {
         }
     }
     let mut x_next = true;
+    // The code's length in bits, kept as characters come and go.
+    let mut bits: usize = s
+        .iter()
+        .map(|&b| usize::from(HUFFMAN_BITS[usize::from(b)]))
+        .sum();
     for _ in 0..150 {
-        let cur = huffman_len(&s);
+        let cur = bits.div_ceil(8);
         if cur.abs_diff(target) <= 2 {
             break;
         }
         if cur < target {
             s.push(if x_next { b'X' } else { b'Z' });
+            bits += 8;
             x_next = !x_next;
-        } else {
-            s.pop();
+        } else if let Some(c) = s.pop() {
+            bits -= usize::from(HUFFMAN_BITS[usize::from(c)]);
         }
     }
     String::from_utf8(s).unwrap_or_default()
