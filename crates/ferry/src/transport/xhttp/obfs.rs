@@ -350,35 +350,28 @@ pub fn request_data(s: &XhttpSettings, headers: &HeaderMap) -> Result<Vec<u8>, D
             )
         })
     };
+    // Chunks 0, 1, ... up to the first missing or empty one.
+    fn chunks<'h>(get: impl Fn(usize) -> Option<&'h str>) -> Vec<&'h str> {
+        (0..)
+            .map_while(|i| get(i).filter(|v| !v.is_empty()))
+            .collect()
+    }
     if matches!(
         s.data_placement,
         DataPlacement::Auto | DataPlacement::Header
     ) {
-        let mut parts = Vec::new();
-        for i in 0.. {
-            match headers
+        let parts = chunks(|i| {
+            headers
                 .get(format!("{key}-{i}").as_str())
                 .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty())
-            {
-                Some(v) => parts.push(v),
-                None => break,
-            }
-        }
+        });
         out.extend(decode(parts, "header")?);
     }
     if matches!(
         s.data_placement,
         DataPlacement::Auto | DataPlacement::Cookie
     ) {
-        let mut parts = Vec::new();
-        for i in 0.. {
-            match super::meta::cookie_get(headers, &format!("{key}_{i}")).filter(|v| !v.is_empty())
-            {
-                Some(v) => parts.push(v),
-                None => break,
-            }
-        }
+        let parts = chunks(|i| super::meta::cookie_get(headers, &format!("{key}_{i}")));
         out.extend(decode(parts, "cookie")?);
     }
     Ok(out)
