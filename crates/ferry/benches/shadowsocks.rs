@@ -138,7 +138,9 @@ fn stream_speed() {
     };
     for (m, name) in [
         (Method::Aes128Cfb, "aes-128-cfb"),
+        (Method::Aes256Cfb, "aes-256-cfb"),
         (Method::Chacha20Ietf, "chacha20-ietf"),
+        (Method::Rc4Md5, "rc4-md5"),
     ] {
         let (k, v) = (&key[..m.key_len()], &iv[..m.salt_len()]);
         for enc in [true, false] {
@@ -158,5 +160,13 @@ fn stream_speed() {
     run("aes-128-cfb RustCrypto BufDecryptor", &mut |s, d| {
         d[..s.len()].copy_from_slice(s);
         dd.decrypt(&mut d[..s.len()]);
+    });
+    // ShadowsocksR's auth_* protocols hash every byte (HMAC-MD5 or -SHA1 of each packet).
+    use md5::Digest;
+    run("md5 (RustCrypto), 32 KiB", &mut |s, d| {
+        d[..16].copy_from_slice(&md5::Md5::digest(s));
+    });
+    run("sha1 (RustCrypto), 32 KiB", &mut |s, d| {
+        d[..20].copy_from_slice(&sha1::Sha1::digest(s));
     });
 }
