@@ -49,6 +49,7 @@ impl LevelPolicy {
                 None => pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
             },
             splice: true,
+            splice_local: crate::relay::splice_local_from_env(),
         }
     }
 }

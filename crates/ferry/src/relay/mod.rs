@@ -8,6 +8,13 @@
 //! added to as each transfer completes, so statistics are live. Half-close is propagated; the
 //! idle timeout switches to `uplink_only` / `downlink_only` once one direction has finished, as
 //! in Xray ([`idle`]).
+//!
+//! A direction whose reader is a socket to another process on this machine (loopback TCP, a
+//! unix socket) copies instead of splicing, unless `FERRY_SPLICE_LOCAL=1`: splicing out of a
+//! socket keeps the sender's pages referenced until the last reader has them, so a local sender
+//! (nginx or HAProxy in front, a local client) allocates fresh pages for every write. Measured on
+//! loopback (BENCHMARKS.md, session 17): copying moves 8-35% more bytes per second there and
+//! costs the whole machine 5-12% less CPU per GB, though Ferry's own share rises.
 
 use std::future::Future;
 use std::io;
@@ -39,6 +46,17 @@ pub struct RelayOpts {
     pub buffer: pool::Adaptive,
     /// Use splice when both sides are raw sockets.
     pub splice: bool,
+    /// Splice also out of sockets whose peer is on this machine (see the module notes).
+    pub splice_local: bool,
+}
+
+/// `FERRY_SPLICE_LOCAL` (`1`, `true`, `on`, `yes`): splice out of local peers' sockets too.
+pub fn splice_local_from_env() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("FERRY_SPLICE_LOCAL")
+            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "on" | "yes"))
+    })
 }
 
 impl Default for RelayOpts {
@@ -49,6 +67,7 @@ impl Default for RelayOpts {
             downlink_only: Duration::from_secs(1),
             buffer: pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
             splice: true,
+            splice_local: splice_local_from_env(),
         }
     }
 }
@@ -166,7 +185,10 @@ struct Direction {
 impl Direction {
     /// Splice from the start when both ends are direct; copy otherwise.
     fn start(r: &mut dyn Stream, w: &dyn Stream, opts: &RelayOpts) -> Direction {
-        let sockets = opts.splice && r.socket().is_some() && w.socket().is_some();
+        let sockets = opts.splice
+            && r.socket()
+                .is_some_and(|s| opts.splice_local || !s.peer_is_local())
+            && w.socket().is_some();
         let direct = sockets && w.write_direct();
         let way = match direct.then(|| r.take_read_direct()).flatten() {
             Some(pending) => Way::Splice(SpliceDir::new(pending)),
@@ -234,6 +256,45 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
+    /// Splicing on loopback, where the tests' sockets are.
+    fn splicing() -> RelayOpts {
+        RelayOpts {
+            splice_local: true,
+            ..RelayOpts::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_local_peer_is_copied_from_unless_splice_local() {
+        for splice_local in [false, true] {
+            let (client, a) = tcp_pair().await;
+            let (b, server) = tcp_pair().await;
+            let opts = RelayOpts {
+                splice_local,
+                ..RelayOpts::default()
+            };
+            assert!(a.socket().unwrap().peer_is_local());
+            let relay = tokio::spawn(async move {
+                ok(run(Box::new(a), Box::new(b), &opts, &Counters::default()).await)
+            });
+            let up = pattern(1 << 20);
+            let down = pattern(300_000);
+            let (got_client, got_server) = exchange(client, server, up.clone(), down.clone()).await;
+            let st = relay.await.unwrap();
+            assert!(
+                got_server == up && got_client == down,
+                "{splice_local}: bytes differ"
+            );
+            assert_eq!(
+                (st.up_spliced, st.down_spliced),
+                (splice_local, splice_local),
+                "splice_local {splice_local}"
+            );
+        }
+        let (u, _v) = tokio::net::UnixStream::pair().unwrap();
+        assert!(u.socket().unwrap().peer_is_local());
+    }
+
     async fn tcp_pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
@@ -292,8 +353,7 @@ mod tests {
         let a: BoxStream = Box::new(Prefixed::new(Bytes::from_static(b"head:"), Box::new(a)));
         let cs = counters();
         let c2 = cs.clone();
-        let relay =
-            tokio::spawn(async move { ok(run(a, Box::new(b), &RelayOpts::default(), &c2).await) });
+        let relay = tokio::spawn(async move { ok(run(a, Box::new(b), &splicing(), &c2).await) });
         let up = vec![7u8; 3 << 20];
         let down = vec![9u8; 2 << 20];
         let (got_client, got_server) = exchange(client, server, up.clone(), down.clone()).await;
@@ -335,6 +395,7 @@ mod tests {
             let (b, mut server) = tcp_pair().await;
             let opts = RelayOpts {
                 splice,
+                splice_local: splice,
                 ..RelayOpts::default()
             };
             let relay = tokio::spawn(async move {
@@ -369,6 +430,7 @@ mod tests {
             let opts = RelayOpts {
                 conn_idle: Duration::from_millis(200),
                 splice,
+                splice_local: splice,
                 ..RelayOpts::default()
             };
             let t = Instant::now();
@@ -476,9 +538,8 @@ mod tests {
         };
         let cs = counters();
         let c2 = cs.clone();
-        let relay = tokio::spawn(async move {
-            ok(run(Box::new(a), Box::new(b), &RelayOpts::default(), &c2).await)
-        });
+        let relay =
+            tokio::spawn(async move { ok(run(Box::new(a), Box::new(b), &splicing(), &c2).await) });
         let up = pattern(3 << 20);
         let mut wire = up.clone();
         for x in &mut wire[..n_coded] {
@@ -507,13 +568,7 @@ mod tests {
             held: Vec::new(),
         };
         let relay = tokio::spawn(async move {
-            ok(run(
-                Box::new(a),
-                Box::new(b),
-                &RelayOpts::default(),
-                &Counters::default(),
-            )
-            .await)
+            ok(run(Box::new(a), Box::new(b), &splicing(), &Counters::default()).await)
         });
         let up = pattern(100_000);
         let wire: Vec<u8> = up.iter().map(|b| b ^ 0x5a).collect();

@@ -209,6 +209,19 @@ impl RawSocket<'_> {
         }
     }
 
+    /// Whether the other end is a process on this machine: a unix socket, or TCP over loopback.
+    pub fn peer_is_local(&self) -> bool {
+        match self {
+            RawSocket::Unix(_) => true,
+            RawSocket::Tcp(s) => s.peer_addr().is_ok_and(|a| match a.ip() {
+                std::net::IpAddr::V6(v6) => v6
+                    .to_ipv4_mapped()
+                    .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+                ip => ip.is_loopback(),
+            }),
+        }
+    }
+
     /// Shuts down the write half (half-close).
     pub fn shutdown_write(&self) -> io::Result<()> {
         crate::common::sys::shutdown_write(self.fd())

@@ -134,8 +134,11 @@ pub fn spawn_with_config(bin: &std::path::Path, name: &str, config: &str, args: 
         .iter()
         .map(|a| a.replace("{config}", cfg.to_str().unwrap()))
         .collect();
+    // Every process of a test runs on loopback, where Ferry copies rather than splices by
+    // default (a local peer's pages): the tests check the splice paths, so they ask for them.
     let child = Command::new(bin)
         .args(&args)
+        .env("FERRY_SPLICE_LOCAL", "1")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
