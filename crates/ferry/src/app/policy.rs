@@ -38,15 +38,26 @@ impl Default for LevelPolicy {
 
 impl LevelPolicy {
     pub fn relay_opts(&self) -> RelayOpts {
+        let buffer = match self.buffer_size {
+            Some(n) => pool::Adaptive::new(pool::DEFAULT_SIZE, n.min(pool::DEFAULT_SIZE), n),
+            None => pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
+        };
         RelayOpts {
             conn_idle: self.conn_idle,
             uplink_only: self.uplink_only,
             downlink_only: self.downlink_only,
             // Xray's bufferSize bounds what one connection buffers: it is the largest our copy
             // buffer grows to. Unset: start at 32 KiB and grow to 256 KiB under bulk traffic.
-            buffer: match self.buffer_size {
-                Some(n) => pool::Adaptive::new(pool::DEFAULT_SIZE, n.min(pool::DEFAULT_SIZE), n),
-                None => pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
+            buffer,
+            // Between two plain sockets with a local reader (copied, not spliced) the buffer
+            // grows to 512 KiB unless bufferSize bounds it.
+            local_buffer: match self.buffer_size {
+                Some(_) => buffer,
+                None => pool::Adaptive::new(
+                    pool::DEFAULT_SIZE,
+                    pool::DEFAULT_SIZE,
+                    pool::LOCAL_COPY_MAX_SIZE,
+                ),
             },
             splice: true,
             splice_local: crate::relay::splice_local_from_env(),

@@ -44,6 +44,9 @@ pub struct RelayOpts {
     pub downlink_only: Duration,
     /// Copy buffer size for the buffered path: it starts small and grows while reads fill it.
     pub buffer: pool::Adaptive,
+    /// The same for a direction between two plain sockets that copies because its reader is
+    /// local (`splice_local` off).
+    pub local_buffer: pool::Adaptive,
     /// Use splice when both sides are raw sockets.
     pub splice: bool,
     /// Splice also out of sockets whose peer is on this machine (see the module notes).
@@ -66,6 +69,11 @@ impl Default for RelayOpts {
             uplink_only: Duration::from_secs(1),
             downlink_only: Duration::from_secs(1),
             buffer: pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
+            local_buffer: pool::Adaptive::new(
+                pool::DEFAULT_SIZE,
+                pool::DEFAULT_SIZE,
+                pool::LOCAL_COPY_MAX_SIZE,
+            ),
             splice: true,
             splice_local: splice_local_from_env(),
         }
@@ -185,13 +193,13 @@ struct Direction {
 impl Direction {
     /// Splice from the start when both ends are direct; copy otherwise.
     fn start(r: &mut dyn Stream, w: &dyn Stream, opts: &RelayOpts) -> Direction {
-        let sockets = opts.splice
-            && r.socket()
-                .is_some_and(|s| opts.splice_local || !s.peer_is_local())
-            && w.socket().is_some();
+        let sockets = opts.splice && r.socket().is_some() && w.socket().is_some();
+        let local = sockets && !opts.splice_local && r.socket().is_some_and(|s| s.peer_is_local());
+        let sockets = sockets && !local;
         let direct = sockets && w.write_direct();
         let way = match direct.then(|| r.take_read_direct()).flatten() {
             Some(pending) => Way::Splice(SpliceDir::new(pending)),
+            None if local => Way::Copy(CopyDir::new(opts.local_buffer, false)),
             None => Way::Copy(CopyDir::new(opts.buffer, sockets)),
         };
         Direction {
