@@ -13,8 +13,9 @@
 //! unix socket) copies instead of splicing, unless `FERRY_SPLICE_LOCAL=1`: splicing out of a
 //! socket keeps the sender's pages referenced until the last reader has them, so a local sender
 //! (nginx or HAProxy in front, a local client) allocates fresh pages for every write. Measured on
-//! loopback (BENCHMARKS.md, session 17): copying moves 8-35% more bytes per second there and
-//! costs the whole machine 5-12% less CPU per GB, though Ferry's own share rises.
+//! loopback (BENCHMARKS.md, session 17): in three of four chains copying moved 6-22% more bytes
+//! per second at 4-12% less CPU per GB for the whole machine (the fourth: 3% slower, 3% more),
+//! though Ferry's own share rises.
 
 use std::future::Future;
 use std::io;
@@ -44,8 +45,8 @@ pub struct RelayOpts {
     pub downlink_only: Duration,
     /// Copy buffer size for the buffered path: it starts small and grows while reads fill it.
     pub buffer: pool::Adaptive,
-    /// The same for a direction between two plain sockets that copies because its reader is
-    /// local (`splice_local` off).
+    /// The same for a direction into a plain socket that copies because its reader is local
+    /// (`splice_local` off).
     pub local_buffer: pool::Adaptive,
     /// Use splice when both sides are raw sockets.
     pub splice: bool,
@@ -195,12 +196,13 @@ impl Direction {
     fn start(r: &mut dyn Stream, w: &dyn Stream, opts: &RelayOpts) -> Direction {
         let sockets = opts.splice && r.socket().is_some() && w.socket().is_some();
         let local = sockets && !opts.splice_local && r.socket().is_some_and(|s| s.peer_is_local());
-        let sockets = sockets && !local;
-        let direct = sockets && w.write_direct();
+        let direct = sockets && !local && w.write_direct();
         let way = match direct.then(|| r.take_read_direct()).flatten() {
             Some(pending) => Way::Splice(SpliceDir::new(pending)),
-            None if local => Way::Copy(CopyDir::new(opts.local_buffer, false)),
-            None => Way::Copy(CopyDir::new(opts.buffer, sockets)),
+            // Into a plain socket: the larger buffer. Into a protocol stream (a client's TLS,
+            // Shadowsocks...) the usual one, which bounds what a client that stops reading pins.
+            None if local && w.write_direct() => Way::Copy(CopyDir::new(opts.local_buffer, false)),
+            None => Way::Copy(CopyDir::new(opts.buffer, sockets && !local)),
         };
         Direction {
             spliced: matches!(way, Way::Splice(_)),

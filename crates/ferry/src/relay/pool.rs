@@ -21,8 +21,8 @@ pub const DEFAULT_SIZE: usize = 32 * 1024;
 /// Largest copy buffer a busy relay direction grows to: bulk transfers move this much per
 /// read and write syscall, which saves the kernel per-segment work on both sides of each hop.
 pub const MAX_SIZE: usize = 256 * 1024;
-/// Largest copy buffer of a direction between two plain sockets that copies only because its
-/// reader is local (it would splice otherwise; see `relay`): 512 KiB per syscall there moved
+/// Largest copy buffer of a direction into a plain socket that copies only because its reader
+/// is local (it would splice otherwise; see `relay`): 512 KiB per syscall there moved
 /// 4-11% more bytes per second than 256 KiB at 3-10% less CPU per GB (BENCHMARKS.md,
 /// session 17). Protocol paths keep [`MAX_SIZE`], which bounds what a stalled client pins.
 pub const LOCAL_COPY_MAX_SIZE: usize = 512 * 1024;
