@@ -524,17 +524,20 @@ fn run_places_chains_on_the_testbed() {
     for r in rows {
         let what = format!("{} {} {}", r["scenario"], r["implementation"], r["test"]);
         assert_eq!(r["status"], "ok", "{what}: {r}");
+        let t = &r["testbed"];
+        let packets = t["hop"]["packets"].as_u64().unwrap();
         if r["test"] == "throughput" {
             assert_eq!(r["bytes"], 8 << 20, "{what}");
+            assert!(packets > 300, "{what}: {t}");
         } else {
             // iperf3 -n ends once the client has written everything: the server in D counts
-            // what arrived by then (on this lossy link, less than was sent).
+            // what arrived by then (on this lossy link, less than was sent), and the hop saw
+            // only that much (288 packets in one CI run with Xray's chain).
             assert!(r["bytes"].as_u64().unwrap() > 0, "{what}: {r}");
+            assert!(packets > 0, "{what}: {t}");
         }
-        let t = &r["testbed"];
         assert_eq!(t["congestion"], "cubic", "{what}");
         assert_eq!(t["plan"]["impair"]["delay_ms"], 2.0, "{what}");
-        assert!(t["hop"]["packets"].as_u64().unwrap() > 300, "{what}: {t}");
         assert!(t["throttled_periods"].as_u64().is_some(), "{what}: {t}");
     }
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
