@@ -38,29 +38,25 @@ impl Default for LevelPolicy {
 
 impl LevelPolicy {
     pub fn relay_opts(&self) -> RelayOpts {
-        let buffer = match self.buffer_size {
-            Some(n) => pool::Adaptive::new(pool::DEFAULT_SIZE, n.min(pool::DEFAULT_SIZE), n),
-            None => pool::Adaptive::new(pool::DEFAULT_SIZE, pool::DEFAULT_SIZE, pool::MAX_SIZE),
+        // Unset, the relay's defaults: copy buffers from 32 KiB growing to 256 KiB under bulk
+        // traffic (512 KiB into a plain socket from a local reader), splice where it can.
+        let d = RelayOpts::default();
+        // Xray's bufferSize bounds what one connection buffers: it is the largest any of our
+        // copy buffers grows to.
+        let (buffer, local_buffer) = match self.buffer_size {
+            Some(n) => {
+                let b = pool::Adaptive::new(pool::DEFAULT_SIZE, n.min(pool::DEFAULT_SIZE), n);
+                (b, b)
+            }
+            None => (d.buffer, d.local_buffer),
         };
         RelayOpts {
             conn_idle: self.conn_idle,
             uplink_only: self.uplink_only,
             downlink_only: self.downlink_only,
-            // Xray's bufferSize bounds what one connection buffers: it is the largest our copy
-            // buffer grows to. Unset: start at 32 KiB and grow to 256 KiB under bulk traffic.
             buffer,
-            // Between two plain sockets with a local reader (copied, not spliced) the buffer
-            // grows to 512 KiB unless bufferSize bounds it.
-            local_buffer: match self.buffer_size {
-                Some(_) => buffer,
-                None => pool::Adaptive::new(
-                    pool::DEFAULT_SIZE,
-                    pool::DEFAULT_SIZE,
-                    pool::LOCAL_COPY_MAX_SIZE,
-                ),
-            },
-            splice: true,
-            splice_local: crate::relay::splice_local_from_env(),
+            local_buffer,
+            ..d
         }
     }
 }
