@@ -1,8 +1,10 @@
 //! The connection house: unix listeners (path, abstract, padded abstract), outbounds dialing
 //! through other outbounds (`proxySettings`, `sockopt.dialerProxy`), the default outbound,
-//! and freedom's dialer (`sendThrough`) and `finalRules`. Real binary, real sockets.
+//! and freedom's dialer (`sendThrough`) and `finalRules`, with its default rule for proxy users
+//! (`secure`). Real binary, real sockets.
 
 mod common;
+mod secure;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -225,3 +225,81 @@ fn side_by_side(strategy: &str, extra: &str, n: usize, seed: u64, min_outbounds:
     assert!(seen.len() >= min_outbounds, "outbounds reached: {seen:?}");
     eprintln!("{strategy}: {n} cases, outbounds reached: {seen:?}");
 }
+
+/// Negated lists over both families, as Xray v26.3.27 matches them: `geoip:!TAG` where TAG has
+/// no IPv6 range, negated CIDRs of one family, and the mixed and doubly negated forms; each
+/// rule on its own port so every destination meets every rule. (A rule like
+/// `geoip:!cn -> block` must not let IPv6 through.)
+#[test]
+fn negated_ip_lists_match_as_xray_over_ipv4_and_ipv6() {
+    let xray = peer("xray");
+    let dir = tempdir::Dir::new("xray-geo-neg");
+    write_geodata(dir.path());
+    let names = ["default", "notyy", "notten", "mixed", "neither", "notpriv"];
+    let sinks: Vec<Sink> = names.iter().map(|t| sink(t)).collect();
+    let config = |port: u16| {
+        let outs: Vec<String> = sinks.iter().map(|s| to_sink(&s.name, s.port)).collect();
+        format!(
+            r#"{{"log":{{"loglevel":"warning"}},
+  "inbounds":[{{"tag":"in","listen":"127.0.0.1","port":{port},"protocol":"socks","settings":{{"auth":"noauth"}}}}],
+  "outbounds":[{}],
+  "routing":{{"rules":[
+    {{"ip":["geoip:!yy"],"port":"443","outboundTag":"notyy"}},
+    {{"ip":["!10.0.0.0/8"],"port":"444","outboundTag":"notten"}},
+    {{"ip":["geoip:!cn","!8.8.8.0/24"],"port":"445","outboundTag":"mixed"}},
+    {{"ip":["geoip:!cn","geoip:!us"],"port":"446","outboundTag":"neither"}},
+    {{"ip":["!geoip:private"],"port":"447","outboundTag":"notpriv"}}
+  ]}}}}"#,
+            outs.join(",\n    ")
+        )
+    };
+    let (fp, xp) = (free_port(), free_port());
+    let f = ferry_with_assets(&config(fp), dir.path(), &[fp]);
+    let x = spawn_env(
+        &xray,
+        "xray",
+        &config(xp),
+        &["run", "-c", "{config}"],
+        &[("XRAY_LOCATION_ASSET", dir.path())],
+    );
+    wait_listening(xp, &x);
+    let dests = [
+        "1.0.1.7",
+        "9.9.9.9",
+        "10.0.0.5",
+        "8.8.8.8",
+        "127.0.0.1",
+        "2001:db8:2::5",
+        "::1",
+        "240e::1",
+        "2001:4860::1",
+        "fd00::5",
+    ];
+    let mut diffs = Vec::new();
+    let mut v6_notyy = 0;
+    for dest in dests {
+        for port in 443..=447 {
+            let ask = |p: u16, who: &Proc| {
+                socks_line(p, "127.0.0.1", dest, port, b"x\n")
+                    .unwrap_or_else(|e| format!("error: {e} ({})", who.name))
+            };
+            let (fx, ff) = (ask(xp, &x), ask(fp, &f));
+            if port == 443 && dest.contains(':') && fx == "notyy" {
+                v6_notyy += 1;
+            }
+            if fx != ff {
+                diffs.push(format!("[{dest}]:{port}: xray {fx}, ferry {ff}"));
+            }
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{} cases differ:\n{}\n{}\n{}",
+        diffs.len(),
+        diffs.join("\n"),
+        x.output(),
+        f.output()
+    );
+    // The finding: a v4-only negated tag matches IPv6 destinations in Xray.
+    assert_eq!(v6_notyy, 5, "Xray's geoip:!yy over IPv6");
+}

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 
 use crate::app::dns::Route;
 use crate::common::{Destination, Network};
+use crate::proxy::freedom::{describe, Blocked};
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, OutboundHandler, PacketConn, Session};
 use crate::registry::{OutboundEntry, Outbounds, Swap};
 use crate::relay::{self, Counters, RelayStats};
@@ -431,11 +432,15 @@ impl Dispatcher {
             };
             let remote = match tokio::time::timeout(
                 handshake.max(Duration::from_secs(1)),
-                outbound.handler.dial_tcp(&session.dest),
+                outbound.handler.dial_tcp_for(&session),
             )
             .await
             {
                 Ok(Ok(s)) => s,
+                Ok(Err(e)) if Blocked::of(&e).is_some() => {
+                    drop(outbound);
+                    return blackhole(&session, stream, &e).await;
+                }
                 Ok(Err(e)) => {
                     tracing::info!(
                         "[{}] failed to dial {} via {}: {}",
@@ -487,13 +492,59 @@ impl Dispatcher {
     ) -> io::Result<(Box<dyn PacketConn>, UdpCounters, Arc<str>)> {
         let (outbound, routed) = self.pick(session).await?;
         self.access.accepted(session, &outbound.tag, routed);
-        let pc = outbound.handler.dial_udp(&session.dest).await?;
+        let pc = outbound.handler.dial_udp_for(session).await?;
         Ok((
             pc,
             self.counters(session, inbound, &outbound),
             outbound.tag.clone(),
         ))
     }
+}
+
+/// A session freedom refused: no dial; what the client sends is read and discarded for the
+/// refusal's delay (or until the client closes), then the connection closes, as Xray's freedom
+/// blackholes a blocked target (a prober learns nothing from when the server gives up).
+async fn blackhole(
+    session: &Session,
+    mut stream: BoxStream,
+    e: &io::Error,
+) -> io::Result<RelayStats> {
+    use tokio::io::AsyncReadExt;
+    let Some(b) = Blocked::of(e) else {
+        return Err(io::Error::new(e.kind(), e.to_string()));
+    };
+    let user = session.user.as_ref().map(|u| &*u.email).unwrap_or("");
+    tracing::info!(
+        "[{}] {} user {:?}: {}, blackholing connection for {:?}",
+        session.inbound_tag,
+        session.protocol,
+        user,
+        describe(&session.dest, b),
+        b.delay
+    );
+    let mut buf = [0u8; 2048];
+    let mut drained = 0u64;
+    let _ = tokio::time::timeout(b.delay, async {
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            drained += n as u64;
+        }
+    })
+    .await;
+    tracing::info!(
+        "[{}] closed blackholed connection to blocked target {} ({drained} bytes discarded)",
+        session.inbound_tag,
+        session.dest
+    );
+    Ok(RelayStats {
+        up: drained,
+        down: 0,
+        up_spliced: false,
+        down_spliced: false,
+        timed_out: None,
+    })
 }
 
 impl Dispatcher {

@@ -233,8 +233,12 @@ impl Instance {
                 "metrics on http://{}/debug/vars and /metrics",
                 l.local_addr()?
             );
-            inst.listeners
-                .push(tokio::spawn(crate::app::metrics::serve(l, st.clone())));
+            let own = crate::common::own::register(Network::Tcp, l.local_addr()?);
+            let st = st.clone();
+            inst.listeners.push(tokio::spawn(async move {
+                let _own = own;
+                crate::app::metrics::serve(l, st).await
+            }));
         } else if cfg.metrics.is_some() {
             tracing::warn!("metrics: the stats object is absent, so there is nothing to expose");
         }
@@ -443,7 +447,9 @@ impl Core {
                 bound.push((Network::Udp, local.into()));
                 let ctx = serve.ctx(ConnInfo::new(local.into(), local.into()));
                 let h = ib.handler.clone();
+                let own = crate::common::own::register(Network::Udp, local);
                 tasks.0.push(tokio::spawn(async move {
+                    let _own = own;
                     if let Err(e) = h.serve_udp(Arc::new(u), ctx).await {
                         tracing::error!("udp inbound on {local} stopped: {e}");
                     }

@@ -365,6 +365,43 @@ pub fn as_str_list(v: &Value, path: &str) -> Result<Vec<String>> {
     }
 }
 
+/// Xray's `Int32Range`: a number, or a string `"n"` or `"from-to"` (either may be negative;
+/// swapped when from > to).
+pub fn int32_range(v: &Value, path: &str) -> Result<(i64, i64)> {
+    let bad = || {
+        ConfigError::new(
+            path,
+            "expected an integer or a range string such as \"100-1000\"",
+        )
+    };
+    let (a, b) = match v {
+        Value::String(s) => {
+            let s = s.trim();
+            if s.is_empty() {
+                (0, 0)
+            } else if let Ok(n) = s.parse::<i64>() {
+                (n, n)
+            } else {
+                // Split at the dash after the first character ("-5-10", "-9--3").
+                let at = s[1..].find('-').map(|i| i + 1).ok_or_else(bad)?;
+                let a = s[..at].trim().parse::<i64>().map_err(|_| bad())?;
+                let b = s[at + 1..].trim().parse::<i64>().map_err(|_| bad())?;
+                (a, b)
+            }
+        }
+        Value::Number(_) => {
+            let n = as_i64(v, path)?;
+            (n, n)
+        }
+        _ => return Err(bad()),
+    };
+    let (a, b) = if a > b { (b, a) } else { (a, b) };
+    if a < i32::MIN as i64 || b > i32::MAX as i64 {
+        return Err(ConfigError::new(path, "out of the 32-bit range"));
+    }
+    Ok((a, b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -73,6 +73,12 @@ pub fn parse_services(
                 })?),
                 None => None,
             };
+            if let Some(a) = addr.filter(|a| !a.ip().is_loopback()) {
+                m.diag().warn(
+                    &m.key_path("listen"),
+                    format!("{a} is reachable from other machines: metrics and /debug/vars show every user's traffic; listen on 127.0.0.1 unless a firewall keeps others out"),
+                );
+            }
             let tag = m.str("tag")?.filter(|t| !t.is_empty());
             if addr.is_none() && tag.is_none() {
                 return Err(ConfigError::new(

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 
 use super::{tcp, BoxStream};
+use crate::common::own;
+use crate::common::Network;
 use crate::session::Endpoint;
 
 /// Length of `sun_path` on Linux: a padded abstract name fills all of it.
@@ -124,14 +126,17 @@ fn split_mode(p: &str) -> (&str, Option<u32>) {
 
 /// A bound inbound socket of either kind.
 pub enum Listener {
-    Tcp(TcpListener, tcp::SockOpts),
+    /// The registration marks the socket as this process's own while it is bound.
+    Tcp(TcpListener, tcp::SockOpts, own::Registration),
     Unix(UnixListener, Arc<str>),
 }
 
 impl Listener {
     /// Binds a TCP listener.
     pub fn tcp(addr: SocketAddr, opts: tcp::SockOpts) -> io::Result<Listener> {
-        Ok(Listener::Tcp(tcp::listen(addr)?, opts))
+        let l = tcp::listen(addr)?;
+        let own = own::register(Network::Tcp, l.local_addr()?);
+        Ok(Listener::Tcp(l, opts, own))
     }
 
     /// Binds a unix listener.
@@ -142,7 +147,7 @@ impl Listener {
     /// Where it listens.
     pub fn local(&self) -> io::Result<Endpoint> {
         match self {
-            Listener::Tcp(l, _) => Ok(Endpoint::Ip(l.local_addr()?)),
+            Listener::Tcp(l, _, _) => Ok(Endpoint::Ip(l.local_addr()?)),
             Listener::Unix(_, p) => Ok(Endpoint::Unix(p.clone())),
         }
     }
@@ -150,7 +155,7 @@ impl Listener {
     /// Accepts one connection: the stream, its source, and the local endpoint it arrived on.
     pub async fn accept(&self) -> io::Result<(BoxStream, Endpoint, Endpoint)> {
         match self {
-            Listener::Tcp(l, opts) => {
+            Listener::Tcp(l, opts, _) => {
                 let (s, peer) = l.accept().await?;
                 if let Err(e) = tcp::accepted(&s, opts) {
                     tracing::debug!("socket options on {peer}: {e}");

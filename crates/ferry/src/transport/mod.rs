@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::common::{Address, Destination};
+use crate::session::Session;
 
 pub use chain::{Layer, StreamSettings};
 pub use listener::Listener;
@@ -271,6 +272,18 @@ pub trait Dialer: Send + Sync + 'static {
     async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream>;
     /// A packet channel; the base dialer connects a UDP socket to `dest`.
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>>;
+
+    /// Dials the destination of a routed session. An outbound that decides by where the
+    /// session came from (freedom's `finalRules` and its default rule per inbound protocol)
+    /// overrides this; every other dialer just dials the destination.
+    async fn dial_tcp_for(&self, session: &Session) -> io::Result<BoxStream> {
+        self.dial_tcp(&session.dest).await
+    }
+
+    /// [`Dialer::dial_udp`] for a routed session (see [`Dialer::dial_tcp_for`]).
+    async fn dial_udp_for(&self, session: &Session) -> io::Result<Box<dyn PacketConn>> {
+        self.dial_udp(&session.dest).await
+    }
 
     /// Where the DNS module's own queries to `dest` go when routing sends them here: `None`
     /// means through this dialer; the `dns` outbound gives its upstream dialer and address

@@ -58,6 +58,8 @@ pub fn write_geodata(dir: &Path) {
             "US",
             &[v4("8.8.8.0", 24), v4("3.0.0.0", 8), v6("2001:4860::", 32)],
         ),
+        // IPv4 only: a negated tag without ranges of a family (routing_xray's negations).
+        ("YY", &[v4("9.9.9.0", 24)]),
     ]);
     std::fs::write(dir.join("geoip.dat"), geoip).unwrap();
     let cn = [

@@ -159,6 +159,14 @@ pub fn parse(a: &Obj<'_>) -> reader::Result<(ApiConfig, Arc<dyn Dialer>)> {
             })?),
         }),
     };
+    if let Some(ApiListen::Tcp(l)) = &listen {
+        if !l.ip().is_loopback() {
+            a.diag().warn(
+                &a.key_path("listen"),
+                format!("{l} is reachable from other machines and the API has no authentication (whoever reaches it can add inbounds and users and read all traffic); listen on 127.0.0.1 or a unix socket unless a firewall keeps others out"),
+            );
+        }
+    }
     let hub = Arc::new(Hub::default());
     let out: Arc<dyn Dialer> = Arc::new(ApiOutbound { hub: hub.clone() });
     Ok((

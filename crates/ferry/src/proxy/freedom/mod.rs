@@ -11,8 +11,13 @@ use tokio::net::UdpSocket;
 use super::{OutboundBuild, OutboundHandler, PacketConn};
 use crate::common::{Address, Destination, Network};
 use crate::config::reader::{ConfigError, Obj, Result};
+use crate::session::Session;
+
+mod rules;
+
 use crate::transport::tcp::{self, SockOpts};
 use crate::transport::{BoxStream, Dialer, SocketDialer};
+pub use rules::{describe, guarded, is_private, Blocked, FinalRule, Guard};
 
 /// `domainStrategy` of freedom.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,156 +54,6 @@ impl Default for Freedom {
             final_rules: Vec::new(),
         }
     }
-}
-
-/// One of freedom's `finalRules`: when every condition it has matches the final destination,
-/// its action decides. Rules are tried in order; when none matches, the connection goes.
-#[derive(Clone, Debug)]
-pub struct FinalRule {
-    pub allow: bool,
-    pub networks: Option<Vec<Network>>,
-    pub ports: Option<Vec<(u16, u16)>>,
-    pub ips: Option<Vec<(IpAddr, u8)>>,
-}
-
-/// `geoip:private`: the ranges Xray's private list holds (RFC 1918, loopback, link-local,
-/// CGNAT, multicast and the reserved blocks, and their IPv6 kin).
-const PRIVATE: &[&str] = &[
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.0.0.0/24",
-    "192.0.2.0/24",
-    "192.88.99.0/24",
-    "192.168.0.0/16",
-    "198.18.0.0/15",
-    "198.51.100.0/24",
-    "203.0.113.0/24",
-    "224.0.0.0/3",
-    "::/127",
-    "fc00::/7",
-    "fe80::/10",
-    "ff00::/8",
-];
-
-fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
-    let (ip, bits) = match s.split_once('/') {
-        Some((ip, b)) => (ip.parse::<IpAddr>().ok()?, b.parse::<u8>().ok()?),
-        None => {
-            let ip = s.parse::<IpAddr>().ok()?;
-            (ip, if ip.is_ipv4() { 32 } else { 128 })
-        }
-    };
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    (bits <= max).then_some((ip, bits))
-}
-
-fn in_cidr(ip: IpAddr, (net, bits): (IpAddr, u8)) -> bool {
-    match (ip.to_canonical(), net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let m = if bits == 0 {
-                0
-            } else {
-                u32::MAX << (32 - bits)
-            };
-            u32::from(a) & m == u32::from(n) & m
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let m = if bits == 0 {
-                0
-            } else {
-                u128::MAX << (128 - bits)
-            };
-            u128::from(a) & m == u128::from(n) & m
-        }
-        _ => false,
-    }
-}
-
-impl FinalRule {
-    fn parse(r: &Obj<'_>) -> Result<FinalRule> {
-        let allow = match r.req_str("action")?.to_ascii_lowercase().as_str() {
-            "allow" => true,
-            "block" => false,
-            other => {
-                return Err(ConfigError::new(
-                    r.key_path("action"),
-                    format!("unknown action {other:?} (allow or block)"),
-                ))
-            }
-        };
-        let networks = match r.str_list("network")? {
-            None => None,
-            Some(list) => {
-                let mut v = Vec::new();
-                for n in list.iter().flat_map(|n| n.split(',')).map(str::trim) {
-                    v.push(match n.to_ascii_lowercase().as_str() {
-                        "tcp" => Network::Tcp,
-                        "udp" => Network::Udp,
-                        other => {
-                            return Err(ConfigError::new(
-                                r.key_path("network"),
-                                format!("unknown network {other:?}"),
-                            ))
-                        }
-                    });
-                }
-                Some(v)
-            }
-        };
-        let ports = match r.get("port") {
-            Some((p, v)) => Some(crate::config::parse_ports(v, &p)?),
-            None => None,
-        };
-        let ips = match r.str_list("ip")? {
-            None => None,
-            Some(list) => {
-                let mut v = Vec::new();
-                for s in list {
-                    if s.eq_ignore_ascii_case("geoip:private") {
-                        v.extend(PRIVATE.iter().filter_map(|c| parse_cidr(c)));
-                        continue;
-                    }
-                    v.push(parse_cidr(&s).ok_or_else(|| {
-                        ConfigError::new(
-                            r.key_path("ip"),
-                            format!("{s:?} is not an IP or CIDR (geoip: lists other than private are not supported yet)"),
-                        )
-                    })?);
-                }
-                Some(v)
-            }
-        };
-        Ok(FinalRule {
-            allow,
-            networks,
-            ports,
-            ips,
-        })
-    }
-
-    fn matches(&self, network: Network, addr: SocketAddr) -> bool {
-        self.networks.as_ref().is_none_or(|n| n.contains(&network))
-            && self
-                .ports
-                .as_ref()
-                .is_none_or(|p| p.iter().any(|(a, b)| (*a..=*b).contains(&addr.port())))
-            && self
-                .ips
-                .as_ref()
-                .is_none_or(|c| c.iter().any(|c| in_cidr(addr.ip(), *c)))
-    }
-}
-
-/// Whether the final rules let a connection to `addr` go (the first matching rule decides).
-pub fn allowed(rules: &[FinalRule], network: Network, addr: SocketAddr) -> bool {
-    rules
-        .iter()
-        .find(|r| r.matches(network, addr))
-        .is_none_or(|r| r.allow)
 }
 
 pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
@@ -314,21 +169,24 @@ impl Freedom {
     }
 }
 
-fn blocked(addr: SocketAddr) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!("{addr} is blocked by freedom's finalRules"),
-    )
-}
+impl Freedom {
+    fn guard(&self, default_rule: bool) -> Guard<'_> {
+        Guard {
+            rules: &self.final_rules,
+            default_rule,
+        }
+    }
 
-#[async_trait]
-impl OutboundHandler for Freedom {
-    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+    /// Resolves the destination (after `redirect`) and dials the first address the rules let
+    /// through; when they let none through, the refusal of the first.
+    async fn dial_guarded(&self, dest: &Destination, default_rule: bool) -> io::Result<BoxStream> {
         let dest = self.target(dest);
+        let guard = self.guard(default_rule);
+        let mut refused = None;
         let mut last = None;
         for a in self.resolve(&dest).await? {
-            if !allowed(&self.final_rules, Network::Tcp, a) {
-                last = Some(blocked(a));
+            if let Err(b) = guard.check(Network::Tcp, a) {
+                refused.get_or_insert(b);
                 continue;
             }
             match self.dialer.dial_tcp(&a.into()).await {
@@ -336,15 +194,39 @@ impl OutboundHandler for Freedom {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| io::ErrorKind::NotFound.into()))
+        Err(last
+            .or_else(|| refused.map(Blocked::into_io))
+            .unwrap_or_else(|| io::ErrorKind::NotFound.into()))
     }
 
-    async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+    async fn open_udp(&self, default_rule: bool) -> io::Result<Box<dyn PacketConn>> {
         Ok(Box::new(FreedomUdp {
             sock: bind_dual_stack(self.sockopt.bind).await?,
             freedom: self.clone(),
+            default_rule,
             resolved: std::sync::Mutex::new(HashMap::new()),
         }))
+    }
+}
+
+#[async_trait]
+impl OutboundHandler for Freedom {
+    /// Dialed for no routed session (a chain's hop, the DNS module): the user's rules only.
+    async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
+        self.dial_guarded(dest, false).await
+    }
+
+    async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
+        self.open_udp(false).await
+    }
+
+    async fn dial_tcp_for(&self, session: &Session) -> io::Result<BoxStream> {
+        self.dial_guarded(&session.dest, guarded(session.protocol))
+            .await
+    }
+
+    async fn dial_udp_for(&self, session: &Session) -> io::Result<Box<dyn PacketConn>> {
+        self.open_udp(guarded(session.protocol)).await
     }
 }
 
@@ -374,6 +256,8 @@ async fn bind_dual_stack(bind: Option<IpAddr>) -> io::Result<UdpSocket> {
 struct FreedomUdp {
     sock: UdpSocket,
     freedom: Freedom,
+    /// The session came in through a proxy protocol: the default rule applies.
+    default_rule: bool,
     /// Domain destinations already resolved in this session (bounded; cleared when full).
     resolved: std::sync::Mutex<HashMap<Destination, SocketAddr>>,
 }
@@ -404,8 +288,12 @@ impl PacketConn for FreedomUdp {
                 a
             }
         };
-        if !allowed(&self.freedom.final_rules, Network::Udp, addr) {
-            tracing::debug!("freedom udp: {}", blocked(addr));
+        if let Err(b) = self
+            .freedom
+            .guard(self.default_rule)
+            .check(Network::Udp, addr)
+        {
+            tracing::debug!("freedom udp: dropped a datagram to {}: {b}", target);
             return Ok(());
         }
         let v6 = self.sock.local_addr()?.is_ipv6();
@@ -417,10 +305,18 @@ impl PacketConn for FreedomUdp {
     }
 
     async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
-        let (n, from) = self.sock.recv_from(buf).await?;
-        Ok((
-            n,
-            SocketAddr::new(from.ip().to_canonical(), from.port()).into(),
-        ))
+        loop {
+            let (n, from) = self.sock.recv_from(buf).await?;
+            let from = SocketAddr::new(from.ip().to_canonical(), from.port());
+            // A datagram from a source the session could not send to is dropped too.
+            match self
+                .freedom
+                .guard(self.default_rule)
+                .check(Network::Udp, from)
+            {
+                Ok(()) => return Ok((n, from.into())),
+                Err(b) => tracing::debug!("freedom udp: dropped a datagram from {from}: {b}"),
+            }
+        }
     }
 }
