@@ -1,23 +1,22 @@
 //! TLS (`streamSettings.security: "tls"`): a [`Layer`] of the acceptor and dialer chains, on
 //! rustls with aws-lc-rs. The server picks its certificate by SNI among several, re-reads
 //! certificate files that changed on disk (certbot renewals) for the next handshake, and can
-//! refuse unknown names; the client verifies against the system roots, or by the SHA-256 pins
-//! of `pinnedPeerCertSha256`, or not at all (`allowInsecure`).
+//! refuse unknown names; the client verifies the server as Xray does (`verify`): the roots, the
+//! pins, other names, or not at all (`allowInsecure`).
 
 mod capture;
 mod certs;
+mod der;
 mod stream;
+mod verify;
 
 use std::io;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{
-    ClientConfig, ClientConnection, DigitallySignedStruct, ServerConfig, ServerConnection,
-};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
 
 use super::{BoxStream, Layer};
 use crate::common::{Address, Destination};
@@ -27,6 +26,7 @@ pub use certs::{
     generate_self_signed, CertError, CertSource, CertificateEntry, GeneratedCert, Usage,
 };
 pub use stream::{Handover, NotTls, TlsStream};
+pub use verify::chain_hash;
 
 /// What XTLS Vision needs of the TLS connection under it: to see the plaintext of one record
 /// at a time, and to stop speaking TLS in one direction knowing every byte the layer holds.
@@ -88,9 +88,18 @@ pub struct TlsSettings {
     pub alpn: Vec<String>,
     pub min_version: Option<Version>,
     pub max_version: Option<Version>,
-    /// Client: accept the server when one certificate of its chain has one of these SHA-256.
+    /// Client: `pinnedPeerCertSha256`, SHA-256 of the leaf (accepted as it is) or of a CA of
+    /// the chain (then the only trust anchor).
     pub pins: Vec<[u8; 32]>,
-    /// Client: accept any certificate.
+    /// Client: `verifyPeerCertByName` / `verifyPeerCertInNames`, the names the chain is
+    /// verified for instead of the name dialed.
+    pub verify_names: Vec<String>,
+    /// Client: `pinnedPeerCertificateChainSha256` ([`chain_hash`] of the chain sent).
+    pub chain_pins: Vec<[u8; 32]>,
+    /// Client: `pinnedPeerCertificatePublicKeySha256` (SHA-256 of a SubjectPublicKeyInfo of
+    /// the verified chain).
+    pub key_pins: Vec<[u8; 32]>,
+    /// Client: skip the verification against the roots (pins still apply).
     pub allow_insecure: bool,
     /// Client: do not load the system's root certificates.
     pub disable_system_root: bool,
@@ -156,7 +165,7 @@ impl TlsSettings {
         let b = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&self.versions())
             .map_err(|e| e.to_string())?;
-        let verifier = Verifier::new(self)?;
+        let verifier = verify::Verifier::new(self)?;
         let mut c = b
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier))
@@ -288,113 +297,6 @@ where
         Ok(own) => Box::new(own),
         Err(s) => Box::new(s),
     })
-}
-
-/// Client-side certificate check: pins, insecure, or the roots.
-#[derive(Debug)]
-struct Verifier {
-    pins: Vec<[u8; 32]>,
-    roots: Option<Arc<dyn ServerCertVerifier>>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl Verifier {
-    fn new(s: &TlsSettings) -> Result<Verifier, String> {
-        let roots = if s.allow_insecure || !s.pins.is_empty() {
-            None
-        } else {
-            let mut store = rustls::RootCertStore::empty();
-            if !s.disable_system_root {
-                store.add_parsable_certificates(certs::system_roots().iter().cloned());
-            }
-            for c in &s.certificates {
-                if c.usage == Usage::Verify {
-                    for der in c.chain() {
-                        store
-                            .add(der.clone())
-                            .map_err(|e| format!("verify certificate: {e}"))?;
-                    }
-                }
-            }
-            if store.is_empty() {
-                return Err("no root certificates to verify the server with".into());
-            }
-            let v = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(store),
-                provider(),
-            )
-            .build()
-            .map_err(|e| e.to_string())?;
-            Some(v as Arc<dyn ServerCertVerifier>)
-        };
-        Ok(Verifier {
-            pins: s.pins.clone(),
-            roots,
-            provider: provider(),
-        })
-    }
-}
-
-impl ServerCertVerifier for Verifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if !self.pins.is_empty() {
-            let hit = std::iter::once(end_entity)
-                .chain(intermediates)
-                .any(|c| self.pins.contains(&certs::sha256(c)));
-            return if hit {
-                Ok(ServerCertVerified::assertion())
-            } else {
-                Err(rustls::Error::General(
-                    "peer certificate matches no pinnedPeerCertSha256".into(),
-                ))
-            };
-        }
-        match &self.roots {
-            Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now),
-            None => Ok(ServerCertVerified::assertion()),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 /// Parses a `pinnedPeerCertSha256` entry: 64 hex digits, colons allowed.
