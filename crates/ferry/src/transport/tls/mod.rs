@@ -8,6 +8,7 @@ mod capture;
 mod certs;
 mod der;
 mod stream;
+mod suites;
 mod verify;
 
 use std::io;
@@ -129,8 +130,15 @@ impl TlsSettings {
         self.alpn.iter().map(|a| a.as_bytes().to_vec()).collect()
     }
 
-    /// The rustls server config (certificates must be present).
+    /// The rustls server config (certificates must be present), with Go's cipher order for
+    /// this machine and a client that prefers AES-GCM.
     pub fn server_config(&self) -> Result<ServerConfig, String> {
+        self.server_config_for(suites::aes_hardware())
+    }
+
+    /// The rustls server config answering with Go's cipher order when AES-GCM comes first
+    /// (`aes`: AES hardware here and a client preferring it) or ChaCha20 does.
+    fn server_config_for(&self, aes: bool) -> Result<ServerConfig, String> {
         let serving: Vec<_> = self
             .certificates
             .iter()
@@ -141,11 +149,13 @@ impl TlsSettings {
             return Err("a TLS inbound needs a certificate (certificates[])".into());
         }
         let resolver = certs::Resolver::new(serving, self.reject_unknown_sni);
-        let mut c = ServerConfig::builder_with_provider(provider())
+        let mut c = ServerConfig::builder_with_provider(suites::server_provider(aes))
             .with_protocol_versions(&self.versions())
             .map_err(|e| e.to_string())?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
+        // As Go: the server's order, not the client's.
+        c.ignore_client_order = true;
         c.alpn_protocols = self.alpn_bytes();
         // TLS 1.3 connections go on in Ferry's own record layer after the handshake.
         c.key_log = Arc::new(capture::TrafficSecretLog);
@@ -185,6 +195,8 @@ impl TlsSettings {
 /// The TLS layer of a chain: a server config for inbounds, a client config for outbounds.
 pub struct TlsLayer {
     server: Option<Arc<ServerConfig>>,
+    /// With AES hardware: the config for a client that does not prefer AES-GCM.
+    server_chacha: Option<Arc<ServerConfig>>,
     client: Option<Arc<ClientConfig>>,
     server_name: Option<String>,
 }
@@ -214,8 +226,13 @@ impl TlsLayer {
 
     /// The server side of `s`.
     pub fn server(s: &TlsSettings) -> Result<TlsLayer, String> {
+        let aes = suites::aes_hardware();
         Ok(TlsLayer {
-            server: Some(Arc::new(s.server_config()?)),
+            server: Some(Arc::new(s.server_config_for(aes)?)),
+            server_chacha: match aes {
+                true => Some(Arc::new(s.server_config_for(false)?)),
+                false => None,
+            },
             client: None,
             server_name: None,
         })
@@ -225,6 +242,7 @@ impl TlsLayer {
     pub fn client(s: &TlsSettings) -> Result<TlsLayer, String> {
         Ok(TlsLayer {
             server: None,
+            server_chacha: None,
             client: Some(Arc::new(s.client_config()?)),
             server_name: s.server_name.clone().filter(|n| !n.is_empty()),
         })
@@ -238,6 +256,14 @@ impl TlsLayer {
             .ok_or_else(|| io::Error::other("TLS layer has no server side"))?;
         let conn = ServerConnection::new(cfg).map_err(io::Error::other)?;
         let mut s = TlsStream::new(stream, conn, true);
+        if let Some(alt) = self.server_chacha.clone() {
+            s.set_alternative(Box::new(move |hello: &[u8]| {
+                match suites::prefers_aes(hello)? {
+                    true => Some(None),
+                    false => Some(ServerConnection::new(alt.clone()).ok()),
+                }
+            }));
+        }
         s.handshake().await?;
         Ok(s)
     }
@@ -295,7 +321,7 @@ where
 {
     Ok(match s.into_tls13()? {
         Ok(own) => Box::new(own),
-        Err(s) => Box::new(s),
+        Err(s) => Box::new(stream::Closing(s)),
     })
 }
 
