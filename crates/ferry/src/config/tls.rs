@@ -81,13 +81,36 @@ pub fn parse(
                 s.pins.push(pin);
             }
         }
+        for k in ["verifyPeerCertByName", "verifyPeerCertInNames"] {
+            if let Some(names) = t.str_list(k)? {
+                s.verify_names.extend(names);
+            }
+        }
+        s.chain_pins = base64_pins(&t, "pinnedPeerCertificateChainSha256")?;
+        s.key_pins = base64_pins(&t, "pinnedPeerCertificatePublicKeySha256")?;
         s.allow_insecure = t.bool("allowInsecure")?.unwrap_or(false);
         if s.allow_insecure && outbound {
+            let by = if !s.pins.is_empty() || !s.chain_pins.is_empty() {
+                "only its pins are checked"
+            } else if !s.verify_names.is_empty() {
+                "only verifyPeerCertByName is checked"
+            } else {
+                "the server's certificate is not verified at all"
+            };
             t.diag().warn(
                 &t.key_path("allowInsecure"),
-                "the server's certificate is not verified (Xray v26 refuses this field; \
-                 pinnedPeerCertSha256 pins a self-signed certificate instead)",
+                format!(
+                    "{by} (Xray v26 refuses this field; pinnedPeerCertSha256 pins a \
+                     self-signed certificate or a CA instead)"
+                ),
             );
+            if !s.key_pins.is_empty() {
+                t.diag().warn(
+                    &t.key_path("pinnedPeerCertificatePublicKeySha256"),
+                    "matched against the chain verified with the roots, which allowInsecure \
+                     skips: every server is refused (as Xray)",
+                );
+            }
         }
         s.reject_unknown_sni = t.bool("rejectUnknownSni")?.unwrap_or(false);
         s.session_resumption = t.bool("enableSessionResumption")?.unwrap_or(false);
@@ -113,9 +136,6 @@ pub fn parse(
             "echServerKeys",
             "echForceQuery",
             "masterKeyLog",
-            "verifyPeerCertByName",
-            "pinnedPeerCertificateChainSha256",
-            "pinnedPeerCertificatePublicKeySha256",
             "allowInsecureIfPinnedPeerCertificate",
         ] {
             if t.has(k) {
@@ -140,6 +160,28 @@ pub fn parse(
             e,
         )
     })
+}
+
+/// A list of base64 SHA-256 (the legacy pins of older Xray).
+fn base64_pins(t: &Obj<'_>, key: &str) -> Result<Vec<[u8; 32]>> {
+    use base64::Engine;
+    let Some(list) = t.str_list(key)? else {
+        return Ok(Vec::new());
+    };
+    list.iter()
+        .map(|p| {
+            base64::engine::general_purpose::STANDARD
+                .decode(p.trim())
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        t.key_path(key),
+                        format!("{p:?} is not a SHA-256 in base64 (44 characters)"),
+                    )
+                })
+        })
+        .collect()
 }
 
 fn certificate(c: Obj<'_>) -> Result<CertificateEntry> {

@@ -1,23 +1,23 @@
 //! TLS (`streamSettings.security: "tls"`): a [`Layer`] of the acceptor and dialer chains, on
 //! rustls with aws-lc-rs. The server picks its certificate by SNI among several, re-reads
 //! certificate files that changed on disk (certbot renewals) for the next handshake, and can
-//! refuse unknown names; the client verifies against the system roots, or by the SHA-256 pins
-//! of `pinnedPeerCertSha256`, or not at all (`allowInsecure`).
+//! refuse unknown names; the client verifies the server as Xray does (`verify`): the roots, the
+//! pins, other names, or not at all (`allowInsecure`).
 
 mod capture;
 mod certs;
+mod der;
 mod stream;
+mod suites;
+mod verify;
 
 use std::io;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{
-    ClientConfig, ClientConnection, DigitallySignedStruct, ServerConfig, ServerConnection,
-};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
 
 use super::{BoxStream, Layer};
 use crate::common::{Address, Destination};
@@ -27,6 +27,7 @@ pub use certs::{
     generate_self_signed, CertError, CertSource, CertificateEntry, GeneratedCert, Usage,
 };
 pub use stream::{Handover, NotTls, TlsStream};
+pub use verify::chain_hash;
 
 /// What XTLS Vision needs of the TLS connection under it: to see the plaintext of one record
 /// at a time, and to stop speaking TLS in one direction knowing every byte the layer holds.
@@ -88,9 +89,18 @@ pub struct TlsSettings {
     pub alpn: Vec<String>,
     pub min_version: Option<Version>,
     pub max_version: Option<Version>,
-    /// Client: accept the server when one certificate of its chain has one of these SHA-256.
+    /// Client: `pinnedPeerCertSha256`, SHA-256 of the leaf (accepted as it is) or of a CA of
+    /// the chain (then the only trust anchor).
     pub pins: Vec<[u8; 32]>,
-    /// Client: accept any certificate.
+    /// Client: `verifyPeerCertByName` / `verifyPeerCertInNames`, the names the chain is
+    /// verified for instead of the name dialed.
+    pub verify_names: Vec<String>,
+    /// Client: `pinnedPeerCertificateChainSha256` ([`chain_hash`] of the chain sent).
+    pub chain_pins: Vec<[u8; 32]>,
+    /// Client: `pinnedPeerCertificatePublicKeySha256` (SHA-256 of a SubjectPublicKeyInfo of
+    /// the verified chain).
+    pub key_pins: Vec<[u8; 32]>,
+    /// Client: skip the verification against the roots (pins still apply).
     pub allow_insecure: bool,
     /// Client: do not load the system's root certificates.
     pub disable_system_root: bool,
@@ -120,8 +130,15 @@ impl TlsSettings {
         self.alpn.iter().map(|a| a.as_bytes().to_vec()).collect()
     }
 
-    /// The rustls server config (certificates must be present).
+    /// The rustls server config (certificates must be present), with Go's cipher order for
+    /// this machine and a client that prefers AES-GCM.
     pub fn server_config(&self) -> Result<ServerConfig, String> {
+        self.server_config_for(suites::aes_hardware())
+    }
+
+    /// The rustls server config answering with Go's cipher order when AES-GCM comes first
+    /// (`aes`: AES hardware here and a client preferring it) or ChaCha20 does.
+    fn server_config_for(&self, aes: bool) -> Result<ServerConfig, String> {
         let serving: Vec<_> = self
             .certificates
             .iter()
@@ -132,11 +149,13 @@ impl TlsSettings {
             return Err("a TLS inbound needs a certificate (certificates[])".into());
         }
         let resolver = certs::Resolver::new(serving, self.reject_unknown_sni);
-        let mut c = ServerConfig::builder_with_provider(provider())
+        let mut c = ServerConfig::builder_with_provider(suites::server_provider(aes))
             .with_protocol_versions(&self.versions())
             .map_err(|e| e.to_string())?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
+        // As Go: the server's order, not the client's.
+        c.ignore_client_order = true;
         c.alpn_protocols = self.alpn_bytes();
         // TLS 1.3 connections go on in Ferry's own record layer after the handshake.
         c.key_log = Arc::new(capture::TrafficSecretLog);
@@ -156,7 +175,7 @@ impl TlsSettings {
         let b = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&self.versions())
             .map_err(|e| e.to_string())?;
-        let verifier = Verifier::new(self)?;
+        let verifier = verify::Verifier::new(self)?;
         let mut c = b
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier))
@@ -176,6 +195,8 @@ impl TlsSettings {
 /// The TLS layer of a chain: a server config for inbounds, a client config for outbounds.
 pub struct TlsLayer {
     server: Option<Arc<ServerConfig>>,
+    /// With AES hardware: the config for a client that does not prefer AES-GCM.
+    server_chacha: Option<Arc<ServerConfig>>,
     client: Option<Arc<ClientConfig>>,
     server_name: Option<String>,
 }
@@ -205,8 +226,13 @@ impl TlsLayer {
 
     /// The server side of `s`.
     pub fn server(s: &TlsSettings) -> Result<TlsLayer, String> {
+        let aes = suites::aes_hardware();
         Ok(TlsLayer {
-            server: Some(Arc::new(s.server_config()?)),
+            server: Some(Arc::new(s.server_config_for(aes)?)),
+            server_chacha: match aes {
+                true => Some(Arc::new(s.server_config_for(false)?)),
+                false => None,
+            },
             client: None,
             server_name: None,
         })
@@ -216,6 +242,7 @@ impl TlsLayer {
     pub fn client(s: &TlsSettings) -> Result<TlsLayer, String> {
         Ok(TlsLayer {
             server: None,
+            server_chacha: None,
             client: Some(Arc::new(s.client_config()?)),
             server_name: s.server_name.clone().filter(|n| !n.is_empty()),
         })
@@ -229,6 +256,14 @@ impl TlsLayer {
             .ok_or_else(|| io::Error::other("TLS layer has no server side"))?;
         let conn = ServerConnection::new(cfg).map_err(io::Error::other)?;
         let mut s = TlsStream::new(stream, conn, true);
+        if let Some(alt) = self.server_chacha.clone() {
+            s.set_alternative(Box::new(move |hello: &[u8]| {
+                match suites::prefers_aes(hello)? {
+                    true => Some(None),
+                    false => Some(ServerConnection::new(alt.clone()).ok()),
+                }
+            }));
+        }
         s.handshake().await?;
         Ok(s)
     }
@@ -286,115 +321,8 @@ where
 {
     Ok(match s.into_tls13()? {
         Ok(own) => Box::new(own),
-        Err(s) => Box::new(s),
+        Err(s) => Box::new(stream::Closing(s)),
     })
-}
-
-/// Client-side certificate check: pins, insecure, or the roots.
-#[derive(Debug)]
-struct Verifier {
-    pins: Vec<[u8; 32]>,
-    roots: Option<Arc<dyn ServerCertVerifier>>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl Verifier {
-    fn new(s: &TlsSettings) -> Result<Verifier, String> {
-        let roots = if s.allow_insecure || !s.pins.is_empty() {
-            None
-        } else {
-            let mut store = rustls::RootCertStore::empty();
-            if !s.disable_system_root {
-                store.add_parsable_certificates(certs::system_roots().iter().cloned());
-            }
-            for c in &s.certificates {
-                if c.usage == Usage::Verify {
-                    for der in c.chain() {
-                        store
-                            .add(der.clone())
-                            .map_err(|e| format!("verify certificate: {e}"))?;
-                    }
-                }
-            }
-            if store.is_empty() {
-                return Err("no root certificates to verify the server with".into());
-            }
-            let v = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(store),
-                provider(),
-            )
-            .build()
-            .map_err(|e| e.to_string())?;
-            Some(v as Arc<dyn ServerCertVerifier>)
-        };
-        Ok(Verifier {
-            pins: s.pins.clone(),
-            roots,
-            provider: provider(),
-        })
-    }
-}
-
-impl ServerCertVerifier for Verifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if !self.pins.is_empty() {
-            let hit = std::iter::once(end_entity)
-                .chain(intermediates)
-                .any(|c| self.pins.contains(&certs::sha256(c)));
-            return if hit {
-                Ok(ServerCertVerified::assertion())
-            } else {
-                Err(rustls::Error::General(
-                    "peer certificate matches no pinnedPeerCertSha256".into(),
-                ))
-            };
-        }
-        match &self.roots {
-            Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now),
-            None => Ok(ServerCertVerified::assertion()),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 /// Parses a `pinnedPeerCertSha256` entry: 64 hex digits, colons allowed.

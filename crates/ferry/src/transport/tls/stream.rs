@@ -74,7 +74,13 @@ pub struct TlsStream<C> {
     raw_write: bool,
     /// The application traffic secrets rustls logged during the handshake (TLS 1.3).
     secrets: Secrets,
+    /// Server: chooses the connection that answers, from the first bytes (see [`Pick`]).
+    pick: Option<Pick<C>>,
 }
+
+/// Given the first bytes of a connection before rustls sees them: `None` to wait for more,
+/// `Some(Some(conn))` to answer with `conn` instead, `Some(None)` to keep the one given.
+pub type Pick<C> = Box<dyn FnMut(&[u8]) -> Option<Option<C>> + Send>;
 
 /// The ciphertext buffer, given back to the pool when dropped.
 #[derive(Default)]
@@ -164,7 +170,31 @@ where
             raw_read: false,
             raw_write: false,
             secrets: Secrets::default(),
+            pick: None,
         }
+    }
+
+    /// Lets `pick` replace the connection from the first bytes the peer sends.
+    pub fn set_alternative(&mut self, pick: Pick<C>) {
+        self.pick = Some(pick);
+    }
+
+    /// Runs [`Pick`] on what has arrived; `false` while it waits for more.
+    fn picked(&mut self) -> bool {
+        let Some(pick) = self.pick.as_mut() else {
+            return true;
+        };
+        let got = match &*self.rx {
+            Some(b) => &b[..self.len],
+            None => &[],
+        };
+        match pick(got) {
+            None if !self.eof && self.len < MAX_RECORD => return false,
+            Some(Some(conn)) => self.conn = conn,
+            _ => {}
+        }
+        self.pick = None;
+        true
     }
 
     /// The rustls connection (negotiated ALPN, SNI, version, ...).
@@ -213,7 +243,7 @@ where
             if !self.conn.is_handshaking() {
                 return Poll::Ready(Ok(()));
             }
-            if self.feedable() {
+            if self.picked() && self.feedable() {
                 self.feed(cx)?;
                 continue;
             }
@@ -620,6 +650,93 @@ where
         }
         ready!(me.poll_flush_tls(cx))?;
         Pin::new(&mut me.io).poll_shutdown(cx)
+    }
+}
+
+/// A TLS connection that stays with rustls (TLS 1.2) once its handshake is done: dropped
+/// without a shutdown (Ferry closing it: a bad request, a timeout), it sends close_notify
+/// first, as Go's `Conn.Close` does; a bare FIN would tell Ferry apart.
+pub struct Closing<S: CloseNow>(pub S);
+
+/// Sends close_notify if the socket takes it at once (for a drop, which cannot wait).
+pub trait CloseNow {
+    fn close_notify_now(&mut self);
+}
+
+impl<C, D> CloseNow for TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    fn close_notify_now(&mut self) {
+        if self.close_sent || self.raw_write || self.conn.is_handshaking() {
+            return;
+        }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // Not behind a record half written.
+        if !matches!(self.poll_flush_tls(&mut cx), Poll::Ready(Ok(()))) {
+            return;
+        }
+        self.conn.send_close_notify();
+        self.close_sent = true;
+        let _ = self.poll_flush_tls(&mut cx);
+    }
+}
+
+impl<S: CloseNow> Drop for Closing<S> {
+    fn drop(&mut self) {
+        self.0.close_notify_now();
+    }
+}
+
+impl<S: CloseNow + Stream> AsyncRead for Closing<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl<S: CloseNow + Stream> AsyncWrite for Closing<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+impl<S: CloseNow + Stream> Stream for Closing<S> {
+    fn socket(&self) -> Option<RawSocket<'_>> {
+        self.0.socket()
+    }
+    fn take_read_direct(&mut self) -> Option<bytes::Bytes> {
+        self.0.take_read_direct()
+    }
+    fn write_direct(&self) -> bool {
+        self.0.write_direct()
+    }
+    fn outer_tls(&mut self) -> Option<&mut dyn OuterTls> {
+        self.0.outer_tls()
     }
 }
 

@@ -422,6 +422,26 @@ impl Drop for Tls13Stream {
         if let Some(b) = self.rx.take() {
             pool::put(b);
         }
+        self.close_notify_now();
+    }
+}
+
+impl Tls13Stream {
+    /// Dropped without a shutdown (Ferry closing the connection itself: a bad request, a
+    /// timeout): close_notify if the socket takes it at once, as Go's `Conn.Close` sends it
+    /// (waiting is not possible here); a bare FIN would tell Ferry apart.
+    fn close_notify_now(&mut self) {
+        if self.close_sent || self.raw_write {
+            return;
+        }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // Not behind a record half written.
+        if !matches!(self.poll_flush_tx(&mut cx), Poll::Ready(Ok(()))) {
+            return;
+        }
+        record::seal(&mut self.write.key, record::ALERT, &[1, 0], 0, &mut self.tx);
+        self.close_sent = true;
+        let _ = self.poll_flush_tx(&mut cx);
     }
 }
 
