@@ -19,6 +19,7 @@
 //! server's connection for the probe, or an answer of the server's own (a REALITY handshake).
 
 mod common;
+mod probing_tls;
 use common::*;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -3,6 +3,7 @@
 //! is `openssl s_client` (it prints exactly what was negotiated) or Ferry's own client.
 
 mod common;
+mod tls_verify;
 use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -5,8 +5,8 @@
 //! same name with that (public) intermediate appended. One Ferry client has an outbound per
 //! case, each reached through an inbound of its own.
 
-mod common;
-use common::*;
+
+use super::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

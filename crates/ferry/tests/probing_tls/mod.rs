@@ -5,8 +5,8 @@
 //! the fallback's end only when its writer cannot close: a raw TCP or REALITY client. Its TLS
 //! connection is closed at once, with close_notify.)
 
-mod common;
-use common::*;
+
+use super::common::*;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
