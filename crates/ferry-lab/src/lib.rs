@@ -12,6 +12,10 @@ pub mod reports;
 pub mod results;
 pub mod runner;
 pub mod scenario;
+#[allow(
+    unsafe_code,
+    reason = "the one module of raw syscalls; each block has a SAFETY line"
+)]
 pub mod sys;
 pub mod testbed;
 pub mod wire;

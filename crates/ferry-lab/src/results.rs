@@ -270,7 +270,9 @@ impl Row {
     pub fn summary(&self) -> String {
         match self.status {
             Status::Ok if self.handshake.is_some() => {
-                let h = self.handshake.as_ref().expect("checked");
+                let Some(h) = self.handshake.as_ref() else {
+                    return String::new();
+                };
                 let (srv, cli, oth) = h.cpu_per_1000();
                 format!(
                     "{:.0} conn/s (ttfb p50 {:.2} ms p99 {:.2} ms) one at a time, {:.0} conn/s (p50 {:.2} ms p99 {:.2} ms) {} at a time; CPU-s per 1000: server {srv:.3}, client {cli:.3}, other {oth:.3}",
@@ -293,7 +295,9 @@ impl Row {
                 )
             }
             Status::Ok if self.soak.is_some() => {
-                let s = self.soak.as_ref().expect("checked");
+                let Some(s) = self.soak.as_ref() else {
+                    return String::new();
+                };
                 let (a, b) = s.cycle_rss().unwrap_or_default();
                 format!(
                     "soak: {} cycles, {} churned, {} idle; RSS {a:.1} MiB after the first cycle, {b:.1} MiB after the last ({:.3}x), peak {:.1} MiB",
@@ -305,7 +309,9 @@ impl Row {
                 )
             }
             Status::Ok if self.churn.as_ref().is_some_and(|c| !c.is_empty()) => {
-                let c = self.churn.as_ref().expect("checked");
+                let Some(c) = self.churn.as_ref() else {
+                    return String::new();
+                };
                 let (a, b) = (&c[0], &c[c.len() - 1]);
                 format!(
                     "{} connections at {:.0} conn/s; RSS {:.1} MiB after {}, {:.1} MiB at the end ({:.3}x)",

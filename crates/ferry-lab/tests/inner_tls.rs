@@ -3,6 +3,8 @@
 //! the version and record size asked for, the records on the wire have that size, the
 //! ServerHello is one small record (X25519 only), and damage to the stream is an error.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! loadgen and receiver agree on byte counts, directly and through SOCKS5, in both directions;
 //! a relay that loses or adds bytes is caught.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

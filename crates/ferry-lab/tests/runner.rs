@@ -1,5 +1,7 @@
 //! The runner against the real peers on loopback, with small amounts (no performance assertions).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

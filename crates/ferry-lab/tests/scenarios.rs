@@ -1,5 +1,7 @@
 //! Every shipped scenario parses, and every implementation's templates render to valid configs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -2,6 +2,8 @@
 //! and the receiver in D; CPU caps, the impairment hop, and the clean-up after success, failure
 //! and a killed lab. Needs root (namespaces, cgroups, a TUN device), as the lab itself does.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

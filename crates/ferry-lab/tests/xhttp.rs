@@ -2,6 +2,8 @@
 //! every test the lab has works through an XHTTP chain (an idle session is a GET plus, in
 //! stream-up, a held POST), and a client in a mode the server refuses fails quickly as an error.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

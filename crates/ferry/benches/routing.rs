@@ -6,6 +6,8 @@
 //! `FERRY_GEO_DIR=DIR cargo bench -p ferry --bench routing`. scripts/bench_xray_router is the
 //! same benchmark around Xray's router.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::time::{Duration, Instant};
 
 use ferry::app::router::{Assets, Router};

@@ -3,6 +3,8 @@
 //! a multi-user AEAD connection (key trial) for 1, 10 and 100 users.
 //! Run with `cargo bench -p ferry --bench shadowsocks`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 use std::time::{Duration, Instant};
 
 use ferry::proxy::shadowsocks::aead::{ChunkOpener, ChunkSealer, Open, AEAD_MAX_CHUNK};

@@ -4,6 +4,8 @@
 //! requests. Both ways in: `api.listen`, and the older form (a tunnel inbound routed to the
 //! API's tag).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

@@ -5,6 +5,8 @@
 //! through a Ferry client, reads the counters as the panel does, and removes them; the xtlsapi
 //! one then adds and removes 1,000 users while another user's transfer runs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

@@ -2,6 +2,8 @@
 //! local HTTP sinks); when one sink stops, traffic moves to the other, and when both are down
 //! it goes to the balancer's fallbackTag.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use common::*;

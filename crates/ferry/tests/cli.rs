@@ -1,6 +1,8 @@
 //! The `ferry` command line and config behaviour: subcommands, Xray spellings, config errors
 //! with JSON paths, merging, stdin, graceful stop, port ranges, and the access log.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

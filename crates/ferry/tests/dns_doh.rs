@@ -3,6 +3,8 @@
 //! that `SSL_CERT_FILE` makes Ferry trust, and h2c), and the answer decides between a freedom
 //! outbound (the bytes come back from an echo server) and the default blackhole (nothing does).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

@@ -5,6 +5,8 @@
 //! the TTL left in Xray's cache (checked to be within a few seconds of the server's).
 //! The `rules` form (Xray v26.4.25+, newer than the peer) is checked against Ferry alone.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod route_helpers;
 

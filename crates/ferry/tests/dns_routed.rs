@@ -7,6 +7,8 @@
 //! are routed (by the `tag` as inbound tag, or by their address and port), `+local` ones are
 //! not, and a module query routed to the `dns` outbound is forwarded, not hijacked again.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::net::{IpAddr, TcpListener, UdpSocket};

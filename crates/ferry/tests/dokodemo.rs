@@ -1,5 +1,7 @@
 //! dokodemo-door -> freedom: bytes through, byte-exact, TCP and UDP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::net::{TcpStream, UdpSocket};

@@ -4,6 +4,8 @@
 //! unix socket and an abstract socket, with PROXY v1/v2 headers nginx reads as the client's
 //! address; and the proxy path still works on the same port.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::path::Path;

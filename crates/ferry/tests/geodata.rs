@@ -1,6 +1,8 @@
 //! geoip/geosite routing and sniffing through the real binary: generated .dat files, tagged
 //! sinks reached through freedom redirects, a SOCKS5 client choosing its source address.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod route_helpers;
 

@@ -4,6 +4,8 @@
 //! sharing connections (`mux.enabled`, byte-exact, concurrent), Ferry to Ferry, and a bad
 //! frame that closes only its own connection.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod proxy_clients;
 mod route_helpers;

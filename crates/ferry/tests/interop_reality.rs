@@ -37,6 +37,8 @@
 //! `FERRY_REALITY_STANDIN=xray` puts Xray where a case says Ferry, to check the harness;
 //! `FERRY_REALITY_BYTES` changes the 50 MB of the transfers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

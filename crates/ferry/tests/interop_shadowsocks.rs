@@ -4,6 +4,8 @@
 //! Ferry client = dokodemo-door -> shadowsocks outbound -> peer server -> echo.
 //! Peer client  = peer tunnel -> Ferry shadowsocks inbound -> freedom -> echo.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -9,6 +9,8 @@
 //! Ferry client = dokodemo-door -> shadowsocksr outbound -> peer server -> echo.
 //! Peer client  = peer SOCKS5 -> Ferry shadowsocksr inbound -> freedom -> echo.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -13,6 +13,8 @@
 //! The `peers_*` tests run the same configs peer to peer, without Ferry: when a Ferry case
 //! fails and its peers' case passes, Ferry is at fault, not the peer's config.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -5,6 +5,8 @@
 //! is entry -> client -> transport -> server -> direct -> an echo server; 50 MB go through
 //! byte-exact (`FERRY_TRANSPORT_BYTES` shrinks them).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

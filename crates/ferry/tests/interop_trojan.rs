@@ -2,6 +2,8 @@
 //! server and Xray client -> Ferry server, TCP (byte-exact 50 MB through an echo server) and
 //! UDP (frames), plus Ferry to Ferry and what is not Trojan closed unanswered.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::net::{TcpStream, UdpSocket};

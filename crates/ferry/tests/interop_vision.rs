@@ -12,6 +12,8 @@
 //! self-signed certificate; the outer TLS uses another, pinned (Xray, Ferry) or trusted as the
 //! only root (sing-box).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

@@ -2,6 +2,8 @@
 //! server, TCP (byte-exact 50 MB through an echo server) and UDP (command 2), plus Ferry to
 //! Ferry with a custom-string id and a user added at run time.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::net::{TcpStream, UdpSocket};

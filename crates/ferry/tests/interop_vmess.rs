@@ -1,6 +1,8 @@
 //! VMess against real Xray and v2ray 4.34: Ferry client -> peer server and peer client -> Ferry
 //! server, TCP (byte-exact 50 MB through an echo server) and UDP, per security type and option.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -54,6 +54,8 @@
 //!   first releases with an XHTTP client are v1.19.22+; `mihomo` v1.19.2 stays the SSR peer),
 //!   each mode plain (HTTP/1.1) and over TLS (HTTP/2).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

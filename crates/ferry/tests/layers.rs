@@ -3,6 +3,8 @@
 //! and freedom's dialer (`sendThrough`) and `finalRules`, with its default rule for proxy users
 //! (`secure`). Real binary, real sockets.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod secure;
 use common::*;

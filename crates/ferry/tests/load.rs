@@ -3,6 +3,8 @@
 //! with every live count back to idle, the open-files limit raised at start. The long soak
 //! runs in ferry-lab, not here.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod proxy_clients;
 use common::*;

@@ -5,6 +5,8 @@
 //! over gRPC+TLS) from 127.0.0.9; Ferry's server logs that address, which it only knows from
 //! the `X-Forwarded-For` nginx adds.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

@@ -18,6 +18,8 @@
 //! `auto`, in the modes an `auto` server serves), each checked by its own log line to dial the
 //! mode and HTTP version meant.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod route_helpers;
 use common::*;

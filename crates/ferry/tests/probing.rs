@@ -18,6 +18,8 @@
 //! server and nginx tells whether the prober got exactly the bytes the target sent on that
 //! server's connection for the probe, or an answer of the server's own (a REALITY handshake).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod probing_tls;
 use common::*;

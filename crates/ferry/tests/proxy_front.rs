@@ -4,6 +4,8 @@
 //! back to a VLESS inbound on a TCP port, a unix socket, `@abstract` and `@@padded`, with an
 //! Xray VLESS client sending through the Trojan port); and malformed PROXY headers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

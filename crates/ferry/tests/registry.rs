@@ -1,6 +1,8 @@
 //! What changes at run time without a restart: inbounds added and removed, the outbound
 //! registry (a replaced outbound takes the next connection; live ones go on).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::free_port;
 

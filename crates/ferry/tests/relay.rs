@@ -1,6 +1,8 @@
 //! The relay through the real binary: big byte-exact transfers, many connections, half-close in
 //! both directions, and every timeout.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

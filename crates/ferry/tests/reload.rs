@@ -7,6 +7,8 @@
 //! its API-added users; a changed one stops accepting while its live connections finish on the
 //! old settings; new connections get the new outbounds, routing and policy at once.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -1,5 +1,7 @@
 //! Routing through the real binary: inbound tags, domains, ports pick blackhole or freedom.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

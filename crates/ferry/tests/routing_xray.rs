@@ -3,6 +3,8 @@
 //! (source, destination, sniffed name) cases; each case goes through a SOCKS5 inbound to
 //! tagged sinks, and Ferry's sink must be Xray's. A missing xray fails the test.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod route_helpers;
 

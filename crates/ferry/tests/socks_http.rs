@@ -1,6 +1,8 @@
 //! SOCKS5/SOCKS4a/HTTP inbounds and the socks/http outbounds, Ferry against itself: bytes
 //! through, byte-exact, TCP and UDP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod proxy_clients;
 use common::*;

@@ -2,6 +2,8 @@
 //! clients, huge headers. Each gets a clean close (with the protocol's error reply where there
 //! is one), within the handshake timeout, while good connections keep working.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod proxy_clients;
 use common::*;

@@ -1,6 +1,8 @@
 //! SOCKS/HTTP interop with real peers: curl as a client of Ferry's inbounds, Xray's socks
 //! outbound through Ferry's socks inbound, and Ferry's socks outbound through Xray's.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod proxy_clients;
 use common::*;

@@ -5,6 +5,8 @@
 //!
 //! The table of spellings and what Xray does with each is in the README's "Config spellings".
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -10,6 +10,8 @@
 //! with its reason. The valid first packets come from the real Python client through a
 //! recording relay.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{ErrorKind, Read, Write};

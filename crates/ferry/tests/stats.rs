@@ -1,5 +1,7 @@
 //! Stats and metrics through the real binary: counters equal the bytes moved, and are live.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -2,6 +2,8 @@
 //! renewed certificate files, pins, rejectUnknownSni, bad input and config errors. The TLS peer
 //! is `openssl s_client` (it prints exactly what was negotiated) or Ferry's own client.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 mod tls_verify;
 use common::*;

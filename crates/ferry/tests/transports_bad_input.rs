@@ -3,6 +3,8 @@
 //! nothing panics, and a good client going through the same inbounds afterwards and at the
 //! same time is served.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

@@ -3,6 +3,8 @@
 //! drops, a removed user's new connections are refused, an added user's work, and every
 //! user's counters are exact. In process: a Ferry server and a Ferry client instance.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::{echo_server_async, free_port, start_instance};
 

@@ -5,6 +5,8 @@
 //! (StatsService.GetStats) show the bytes; a removed user's next connection is refused.
 //! In process: a Ferry server with the API and a Ferry client instance.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::{echo_server_async, free_port, pattern, start_instance};
 

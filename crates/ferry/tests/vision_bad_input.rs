@@ -5,6 +5,8 @@
 //! keeps copying as Xray does; the server never falls over, and a normal connection works
 //! after every case.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

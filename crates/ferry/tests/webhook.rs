@@ -2,6 +2,8 @@
 //! v26.3.27 and Ferry, one connection each, and the POST each sends to a unix socket compared
 //! field by field.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 use std::io::{BufRead, BufReader, Read, Write};

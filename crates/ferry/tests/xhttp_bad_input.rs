@@ -4,6 +4,8 @@
 //! comes, and the session table back at zero: each followed by a good client served, so a
 //! bad request never hurts another.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 use common::*;
 

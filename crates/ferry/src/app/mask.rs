@@ -45,6 +45,11 @@ impl Mask {
 
     /// `text` with its addresses masked: `11.45.*.*`, `[Masked IPv4]`, `2001:db8::/32`,
     /// `Masked IPv6` (Xray's spellings).
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "constant patterns, checked by the tests"
+    )]
     pub fn apply(&self, text: &str) -> String {
         static V4: OnceLock<Regex> = OnceLock::new();
         static V6: OnceLock<Regex> = OnceLock::new();

@@ -92,7 +92,9 @@ impl Policy {
                             "level must be a non-negative integer",
                         )
                     })?;
-                    let lo = levels.obj(key)?.expect("key exists");
+                    let Some(lo) = levels.obj(key)? else {
+                        continue;
+                    };
                     let mut l = LevelPolicy::default();
                     let secs = |k: &str, d: &mut Duration| -> Result<()> {
                         if let Some(v) = lo.u64(k)? {

@@ -177,14 +177,14 @@ pub mod socks {
                 if buf.len() < 7 {
                     return Ok(None);
                 }
-                let o: [u8; 4] = buf[1..5].try_into().expect("length checked");
+                let o: [u8; 4] = crate::common::array(&buf[1..5]);
                 (Address::Ip(IpAddr::V4(Ipv4Addr::from(o))), 5)
             }
             4 => {
                 if buf.len() < 19 {
                     return Ok(None);
                 }
-                let o: [u8; 16] = buf[1..17].try_into().expect("length checked");
+                let o: [u8; 16] = crate::common::array(&buf[1..17]);
                 (Address::Ip(IpAddr::V6(Ipv6Addr::from(o))), 17)
             }
             3 => {
@@ -242,14 +242,14 @@ pub mod v2ray {
                 if buf.len() < 7 {
                     return Ok(None);
                 }
-                let o: [u8; 4] = buf[3..7].try_into().expect("length checked");
+                let o: [u8; 4] = crate::common::array(&buf[3..7]);
                 (Address::Ip(IpAddr::V4(Ipv4Addr::from(o))), 7)
             }
             3 => {
                 if buf.len() < 19 {
                     return Ok(None);
                 }
-                let o: [u8; 16] = buf[3..19].try_into().expect("length checked");
+                let o: [u8; 16] = crate::common::array(&buf[3..19]);
                 (Address::Ip(IpAddr::V6(Ipv6Addr::from(o))), 19)
             }
             2 => {

@@ -3,10 +3,23 @@
 pub mod addr;
 pub mod own;
 pub mod rand;
+#[allow(
+    unsafe_code,
+    reason = "the one module of raw syscalls; each block has a SAFETY line"
+)]
 pub mod sys;
 pub mod uuid;
 
 pub use addr::{Address, Destination, Network};
+
+/// The bytes of `s` as an array; `s` is a slice of a length the caller has fixed (as
+/// `&b[3..7]`), so the copy's length check never fails.
+#[inline]
+pub fn array<const N: usize>(s: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(s);
+    a
+}
 
 /// Helpers for unit tests.
 #[cfg(test)]

@@ -51,6 +51,11 @@ impl CopyDir {
 
     /// Copies from `r` to `w` until `r` ends (then shuts `w` down) or both turn direct.
     /// `total` counts the bytes written.
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "the buffer is held whenever pos < cap"
+    )]
     pub(super) fn poll_copy(
         &mut self,
         cx: &mut Context<'_>,

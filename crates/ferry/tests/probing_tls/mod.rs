@@ -5,7 +5,6 @@
 //! the fallback's end only when its writer cannot close: a raw TCP or REALITY client. Its TLS
 //! connection is closed at once, with close_notify.)
 
-
 use super::common::*;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};

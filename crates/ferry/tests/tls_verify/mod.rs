@@ -5,7 +5,6 @@
 //! same name with that (public) intermediate appended. One Ferry client has an outbound per
 //! case, each reached through an inbound of its own.
 
-
 use super::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;

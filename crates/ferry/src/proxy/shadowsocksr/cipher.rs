@@ -422,7 +422,7 @@ fn table_for(key: &[u8]) -> Tables {
 /// `a mod (x + i)` for i in 1..1024.
 pub fn get_table(key: &[u8]) -> [u8; 256] {
     let d = md5::Md5::digest(key);
-    let a = u64::from_le_bytes(d[..8].try_into().expect("16-byte digest"));
+    let a = u64::from_le_bytes(crate::common::array(&d[..8]));
     let mut t: Vec<u8> = (0..=255u8).collect();
     for i in 1..1024u64 {
         t.sort_by_key(|&x| a % (x as u64 + i));

@@ -776,7 +776,7 @@ impl Tls {
             } else {
                 self.info.param.trim().parse().unwrap_or(86400)
             };
-            let t = u32::from_be_bytes(random[..4].try_into().expect("4 bytes"));
+            let t = u32::from_be_bytes(crate::common::array(&random[..4]));
             if max > 0
                 && (super::util::time_diff(now_u32(), t) > max
                     || (t.wrapping_sub(shared.startup) as i32 as i64) < -max / 2)

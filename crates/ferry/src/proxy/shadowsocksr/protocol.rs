@@ -538,7 +538,7 @@ impl AuthSha1V4 {
             return Err(Error::Auth);
         }
         let auth = &b[pos..pos + 12];
-        let utc = u32::from_le_bytes(auth[..4].try_into().expect("4 bytes"));
+        let utc = u32::from_le_bytes(crate::common::array(&auth[..4]));
         shared.admit(utc, &[b"s1v4", &auth[4..12]].concat())?;
         out.extend_from_slice(&b[pos + 12..l - 10]);
         self.recv.drain(..l);
@@ -763,7 +763,7 @@ impl AuthAes128 {
             if self.mac(&mac_key, &[&b[7..27]])[..4] != b[27..31] {
                 return Err(Error::Auth);
             }
-            let uid = u32::from_le_bytes(b[7..11].try_into().expect("4 bytes"));
+            let uid = u32::from_le_bytes(crate::common::array(&b[7..11]));
             let user = shared.user_of(uid).ok_or(Error::UnknownUser)?;
             let uk = match &user {
                 Some(u) => self.hash(&u.password),
@@ -791,7 +791,7 @@ impl AuthAes128 {
         if self.mac(&uk, &[&b[..l - 4]])[..4] != b[l - 4..l] {
             return Err(Error::Auth);
         }
-        let utc = u32::from_le_bytes(block[..4].try_into().expect("4 bytes"));
+        let utc = u32::from_le_bytes(crate::common::array(&block[..4]));
         let id = [&b"a128"[..], &b[7..11], &block[4..12]].concat();
         shared.admit(utc, &id)?;
         out.extend_from_slice(&b[31 + rnd_len..l - 4]);
@@ -1058,7 +1058,7 @@ impl AuthChain {
                 true,
             );
             let lc = self.last_client;
-            let uidx = uid ^ u32::from_le_bytes(lc[8..12].try_into().expect("4 bytes"));
+            let uidx = uid ^ u32::from_le_bytes(crate::common::array(&lc[8..12]));
             let mut d = Vec::with_capacity(20);
             d.extend_from_slice(&uidx.to_le_bytes());
             d.extend_from_slice(&block);
@@ -1183,8 +1183,8 @@ impl AuthChain {
             return Ok(false);
         }
         let lc = hmac_md5(&mac_key, &[&b[..4]]);
-        let uid = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"))
-            ^ u32::from_le_bytes(lc[8..12].try_into().expect("4 bytes"));
+        let uid = u32::from_le_bytes(crate::common::array(&b[12..16]))
+            ^ u32::from_le_bytes(crate::common::array(&lc[8..12]));
         let user = shared.user_of(uid).ok_or(Error::UnknownUser)?;
         let uk = match &user {
             Some(u) => u.password.clone(),
@@ -1197,7 +1197,7 @@ impl AuthChain {
         let mut block = [0u8; 16];
         block.copy_from_slice(&b[16..32]);
         aes128_block(&md5(&[b64(&uk).as_bytes(), self.salt()]), &mut block, false);
-        let utc = u32::from_le_bytes(block[..4].try_into().expect("4 bytes"));
+        let utc = u32::from_le_bytes(crate::common::array(&block[..4]));
         let id = [&b"chain"[..], &uid.to_le_bytes(), &block[4..12]].concat();
         shared.admit(utc, &id)?;
         self.client_overhead = u16::from_le_bytes([block[12], block[13]]) as usize;

@@ -96,7 +96,7 @@ pub fn client_seal(k: &Keys<'_>, login: Option<&(u32, Vec<u8>)>, plain: &[u8], o
         chain_rc4(&uk, &m, &mut b);
         b.extend_from_slice(&random_bytes(chain_pad(&m)));
         b.extend_from_slice(&a3);
-        let x = uid ^ u32::from_le_bytes(m[..4].try_into().expect("4 bytes"));
+        let x = uid ^ u32::from_le_bytes(crate::common::array(&m[..4]));
         b.extend_from_slice(&x.to_le_bytes());
         let mac = hmac_md5(&uk, &[&b]);
         b.push(mac[0]);
@@ -128,7 +128,7 @@ pub fn server_open(
             return Err(Error::Frame);
         }
         let n = b.len();
-        let uid = u32::from_le_bytes(b[n - 8..n - 4].try_into().expect("4 bytes"));
+        let uid = u32::from_le_bytes(crate::common::array(&b[n - 8..n - 4]));
         let user = pick(uid)?;
         let uk = user
             .as_ref()
@@ -145,8 +145,8 @@ pub fn server_open(
         }
         let n = b.len();
         let m = hmac_md5(k.key, &[&b[n - 8..n - 5]]);
-        let uid = u32::from_le_bytes(b[n - 5..n - 1].try_into().expect("4 bytes"))
-            ^ u32::from_le_bytes(m[..4].try_into().expect("4 bytes"));
+        let uid = u32::from_le_bytes(crate::common::array(&b[n - 5..n - 1]))
+            ^ u32::from_le_bytes(crate::common::array(&m[..4]));
         let user = pick(uid)?;
         let uk = user.as_ref().map_or(k.key.to_vec(), |u| u.password.clone());
         if hmac_md5(&uk, &[&b[..n - 1]])[0] != b[n - 1] {

@@ -66,6 +66,11 @@ pub fn codec_error(e: &std::io::Error) -> Option<Error> {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "HMAC takes a key of any length"
+)]
 pub fn hmac_md5(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
     let mut m = <Hmac<md5::Md5> as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
     for p in parts {
@@ -74,6 +79,11 @@ pub fn hmac_md5(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
     m.finalize().into_bytes().into()
 }
 
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "HMAC takes a key of any length"
+)]
 pub fn hmac_sha1(key: &[u8], parts: &[&[u8]]) -> [u8; 20] {
     let mut m = <Hmac<sha1::Sha1> as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
     for p in parts {
@@ -193,8 +203,8 @@ impl XorShift {
         let mut k = [0u8; 16];
         let n = b.len().min(16);
         k[..n].copy_from_slice(&b[..n]);
-        self.s0 = u64::from_le_bytes(k[..8].try_into().expect("8 bytes"));
-        self.s1 = u64::from_le_bytes(k[8..].try_into().expect("8 bytes"));
+        self.s0 = u64::from_le_bytes(crate::common::array(&k[..8]));
+        self.s1 = u64::from_le_bytes(crate::common::array(&k[8..]));
     }
 
     /// Seeds from `h` with bytes 0..2 replaced by LE16(n), then discards four outputs.

@@ -12,6 +12,11 @@ pub const SIG: std::ops::Range<usize> = 114..178;
 
 /// The DER Go's `x509.CreateCertificate` makes from `{SerialNumber: 0}` with an Ed25519 key:
 /// empty issuer and subject, validity from year 1 to year 1, no extensions.
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "fixed-size keys, templates and signatures"
+)]
 fn template(public: &[u8; 32]) -> [u8; 178] {
     let mut d = Vec::with_capacity(178);
     d.extend_from_slice(&[0x30, 0x81, 0xaf, 0x30, 0x63]);
@@ -83,6 +88,11 @@ pub fn mldsa65_public(seed: &[u8; 32]) -> Option<Vec<u8>> {
 
 /// What the ML-DSA-65 signature covers: HMAC-SHA512(auth key, public key ‖ ClientHello ‖
 /// ServerHello), the messages with their headers.
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "fixed-size keys, templates and signatures"
+)]
 pub fn mldsa65_message(auth: &[u8; 32], public: &[u8], ch: &[u8], sh: &[u8]) -> [u8; 64] {
     let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA512, auth);
     let mut c = aws_lc_rs::hmac::Context::with_key(&k);
@@ -107,6 +117,11 @@ impl Temporary {
         Temporary::from_seed(&seed)
     }
 
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "fixed-size keys, templates and signatures"
+    )]
     pub fn from_seed(seed: &[u8; 32]) -> Temporary {
         let key = Ed25519KeyPair::from_seed_unchecked(seed).expect("32-byte seed");
         let public: [u8; 32] = key.public_key().as_ref().try_into().expect("32 bytes");
@@ -118,6 +133,11 @@ impl Temporary {
     }
 
     /// With `mldsa65Seed`: the certificate also carries an ML-DSA-65 signature.
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "fixed-size keys, templates and signatures"
+    )]
     pub fn with_mldsa65(mut self, seed: &[u8; 32]) -> Option<Temporary> {
         let key = mldsa65_key(seed)?;
         let public: [u8; 32] = self.public().try_into().expect("32");
@@ -126,6 +146,11 @@ impl Temporary {
     }
 
     /// The certificate for one connection whose hellos are `ch` and `sh`.
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "fixed-size keys, templates and signatures"
+    )]
     pub fn der_for(&self, auth: &[u8; 32], ch: &[u8], sh: &[u8]) -> Vec<u8> {
         let Some((key, template)) = &self.mldsa65 else {
             return self.der(auth).to_vec();
@@ -153,6 +178,11 @@ impl Temporary {
     }
 
     /// A genuine Ed25519 signature (for CertificateVerify).
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "fixed-size keys, templates and signatures"
+    )]
     pub fn sign(&self, msg: &[u8]) -> [u8; 64] {
         self.key.sign(msg).as_ref().try_into().expect("64 bytes")
     }

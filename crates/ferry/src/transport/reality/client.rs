@@ -149,7 +149,7 @@ impl Client {
             (None, Address::Ip(_)) => None,
         };
         let (mut ch, keys) = hello::build(s.fingerprint.template(), sni.as_deref());
-        let random: [u8; 32] = ch[6..38].try_into().expect("32");
+        let random: [u8; 32] = crate::common::array(&ch[6..38]);
         let eph = keys
             .auth_private()
             .ok_or_else(|| fail("the fingerprint has no X25519 share"))?;

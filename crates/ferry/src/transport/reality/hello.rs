@@ -451,6 +451,11 @@ pub fn build(t: &super::fingerprint::Template, sni: Option<&str>) -> (Vec<u8>, C
 
 /// [`build`] offering `alpn` instead of the template's (none: no ALPN extension, and no ALPS
 /// without h2).
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "key generation from the system generator, which rand::fill already treats as fatal"
+)]
 pub fn build_with_alpn(
     t: &super::fingerprint::Template,
     sni: Option<&str>,

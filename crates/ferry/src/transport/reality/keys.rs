@@ -73,6 +73,11 @@ impl Schedule {
 }
 
 /// The X25519 public key of `private`.
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "fixed-size keys and tags"
+)]
 pub fn x25519_public(private: &[u8; 32]) -> [u8; 32] {
     let k = agreement::PrivateKey::from_private_key(&agreement::X25519, private)
         .expect("32-byte X25519 key");
@@ -106,6 +111,11 @@ pub fn auth_key(shared: &[u8; 32], random: &[u8; 32]) -> [u8; 32] {
 
 /// The session id the client sends: AES-256-GCM(auth key) over the 16-byte plaintext, nonce =
 /// random[20..], AAD = the ClientHello with its session id zeroed. 16 bytes ciphertext + tag.
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "fixed-size keys and tags"
+)]
 pub fn seal_session_id(
     auth: &[u8; 32],
     random: &[u8; 32],

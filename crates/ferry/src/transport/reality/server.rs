@@ -269,7 +269,7 @@ pub fn authenticate(
             return Err(Stranger::Time(d));
         }
     }
-    let short_id: [u8; 8] = plain[8..].try_into().expect("8");
+    let short_id: [u8; 8] = crate::common::array(&plain[8..]);
     if !s.short_ids.contains(&short_id) {
         return Err(Stranger::ShortId(short_id));
     }
@@ -371,7 +371,7 @@ impl TargetFlight {
         }
         let ticket = record::complete(&b[at..]).filter(|_| b[at] == record::APPLICATION_DATA);
         Ok(Some(TargetFlight {
-            sh_header: b[..5].try_into().expect("5"),
+            sh_header: crate::common::array(&b[..5]),
             server_hello: sh,
             lengths,
             combined,
@@ -399,6 +399,11 @@ fn pad_to(total: usize, content: usize) -> Result<usize, FlightError> {
 }
 
 /// Builds the answer to an authenticated ClientHello on top of the target's flight.
+#[allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "checked by the parser before this step"
+)]
 pub fn respond(
     ch: &ClientHello,
     a: &Authenticated,
@@ -618,6 +623,11 @@ impl Server {
     }
 
     /// Serves one accepted connection.
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "checked by the parser before this step"
+    )]
     pub async fn accept(
         self: Arc<Self>,
         mut client: BoxStream,

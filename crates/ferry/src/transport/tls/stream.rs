@@ -279,6 +279,11 @@ where
 
     /// Hands rustls the next piece of `rx` (one record in one-record mode) and processes it;
     /// errors leave rustls's alert queued (sent if the socket takes it at once).
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "state the read path set just before"
+    )]
     fn feed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         let end = match self.one_record {
             true => self.next_record_end().unwrap_or(self.len),
@@ -413,6 +418,11 @@ where
     /// already decrypted and the ciphertext not yet processed go along, so no byte is lost or
     /// repeated. `Ok(Err(self))` when the connection stays with rustls: TLS 1.2, records still
     /// to send, the secrets not logged (a config without Ferry's key log).
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "state the read path set just before"
+    )]
     pub fn into_tls13(mut self) -> io::Result<Result<Tls13Stream, Self>> {
         if self.conn.is_handshaking()
             || self.conn.protocol_version() != Some(rustls::ProtocolVersion::TLSv1_3)

@@ -135,6 +135,11 @@ pub struct TrafficKey {
 }
 
 impl TrafficKey {
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "key lengths fixed by the suite; a record never exceeds the AEAD's limits"
+    )]
     pub fn new(suite: Suite, secret: &[u8]) -> TrafficKey {
         let h = suite.hash();
         let alg = suite.aead();
@@ -174,6 +179,11 @@ impl TrafficKey {
     }
 
     /// Encrypts `buf` in place with `aad`, returning the tag.
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "key lengths fixed by the suite; a record never exceeds the AEAD's limits"
+    )]
     pub fn seal(&mut self, aad: &[u8], buf: &mut [u8]) -> [u8; 16] {
         let n = self.nonce();
         let tag = self

@@ -245,6 +245,11 @@ impl Tls13Stream {
     }
 
     /// Handshake messages after the handshake: tickets are dropped, KeyUpdate honoured.
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "state the read path set just before"
+    )]
     fn post_handshake(&mut self, content: Range<usize>) -> io::Result<()> {
         let rx = self.rx.as_deref().expect("a record was just read");
         let mut m = &rx[content];
@@ -446,6 +451,11 @@ impl Tls13Stream {
 }
 
 impl AsyncRead for Tls13Stream {
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "state the read path set just before"
+    )]
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
