@@ -164,7 +164,7 @@ fn trojan_and_vless_fall_back_to_nginx_by_sni_alpn_and_path() {
     );
     let cfg = format!(
         r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{abstract_fwd}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         inbound("trojan", tj, c, fbs),
         inbound("vless", vl, c, fbs)
     );
@@ -183,7 +183,7 @@ fn the_proxy_path_works_beside_the_fallback_on_one_port() {
     let (c, fbs) = (&s.cert, &s.fbs);
     let (tj, vl) = (free_port(), free_port());
     let server = format!(
-        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         inbound("trojan", tj, c, fbs),
         inbound("vless", vl, c, fbs)
     );
@@ -245,7 +245,7 @@ fn a_fallback_to_an_own_inbound_goes_in_process_with_its_proxy_header() {
     };
     let cfg = format!(
         r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],
-            "outbounds":[{{"tag":"direct","protocol":"freedom"}}]}}"#,
+            "outbounds":[{{"tag":"direct","protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         inbound("trojan", tj, c, &fbs),
         fwd_in(format!(r#""listen":"127.0.0.1","port":{fwd}"#), "fwd-tcp"),
         fwd_in(format!(r#""listen":"@ferry-local-{n}""#), "fwd-abs"),
@@ -291,7 +291,7 @@ fn a_fallback_that_is_down_closes_the_client_and_logs() {
     let c = cert(d.path());
     let (tj, dead) = (free_port(), free_port());
     let cfg = format!(
-        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         inbound("trojan", tj, &c, &format!(r#"[{{"dest":{dead}}}]"#))
     );
     let f = ferry(&cfg, &[tj]);
@@ -335,7 +335,7 @@ fn a_10kb_path_goes_to_the_fallback_untouched_and_a_silent_client_is_closed() {
     let tj = free_port();
     let cfg = format!(
         r#"{{"log":{{"loglevel":"debug"}},"policy":{{"levels":{{"0":{{"handshake":2}}}}}},
-            "inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+            "inbounds":[{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         inbound("trojan", tj, c, fbs)
     );
     let f = ferry(&cfg, &[tj]);

@@ -78,7 +78,7 @@ fn ferry_server(port: u16, settings: &str) -> Proc {
         r#"{{"log":{{"loglevel":"info"}},"stats":{{}},
         "policy":{{"levels":{{"0":{{"statsUserUplink":true,"statsUserDownlink":true}}}}}},
         "inbounds":[{{"tag":"ss","listen":"127.0.0.1","port":{port},"protocol":"shadowsocks","settings":{settings}}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     ferry(&cfg, &[port])
 }
@@ -391,7 +391,7 @@ fn one_time_auth_policy_is_enforced() {
     // OTA with an AEAD method is a config error naming the key.
     let path = std::env::temp_dir().join(format!("ferry-ota-{}.json", std::process::id()));
     let cfg = format!(
-        r#"{{"inbounds":[{{"port":{},"protocol":"shadowsocks","settings":{}}}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"inbounds":[{{"port":{},"protocol":"shadowsocks","settings":{}}}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         free_port(),
         ota_settings("aes-128-gcm", r#","ota":true"#)
     );
@@ -806,7 +806,7 @@ fn link_from_server_config_reaches_the_server() {
     );
     let server_cfg = format!(
         r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{sp},"protocol":"shadowsocks","settings":{settings}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     let dir = tempdir::Dir::new("link");
     let path = dir.path().join("server.json");
@@ -838,7 +838,7 @@ fn users_are_counted_in_stats() {
         "inbounds":[{{"tag":"ss","listen":"127.0.0.1","port":{sp},"protocol":"shadowsocks","settings":
           {{"method":"{m}","password":"{K16_SERVER}","clients":[
             {{"password":"{K16_ALICE}","email":"alice@example.com"}},{{"password":"{K16_BOB}","email":"bob@example.com"}}]}}}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     let f = ferry(&cfg, &[sp, mp]);
     let lp = free_port();

@@ -161,7 +161,7 @@ fn ferry_servers_api(inbounds: &[(u16, String)], metrics: u16, api: Option<u16>)
         r#"{{"log":{{"loglevel":"info"}},"stats":{{}},{api}
         "metrics":{{"tag":"metrics","listen":"127.0.0.1:{metrics}"}},
         "policy":{{"levels":{{"0":{{"statsUserUplink":true,"statsUserDownlink":true}}}}}},
-        "inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        "inbounds":[{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         ibs.join(",")
     );
     let ports: Vec<u16> = inbounds.iter().map(|(p, _)| *p).collect();

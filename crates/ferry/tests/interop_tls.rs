@@ -179,7 +179,7 @@ fn spawn_peer(imp: Imp, cfg: &str, wait: &[u16]) -> Proc {
 /// Xray v26 freedom refuses loopback targets for proxied connections unless allowed.
 const XRAY_FREEDOM: &str =
     r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#;
-const FREEDOM: &str = r#"{"protocol":"freedom"}"#;
+const FREEDOM: &str = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#;
 
 fn xray_config(inbounds: &[String], outbound: &str) -> String {
     format!(

@@ -72,7 +72,7 @@ struct Tls {
 
 const XRAY_FREEDOM: &str =
     r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#;
-const FREEDOM: &str = r#"{"protocol":"freedom"}"#;
+const FREEDOM: &str = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#;
 
 fn path(c: &Case) -> &'static str {
     match c.net {
@@ -492,7 +492,7 @@ fn xray_ws_client_through_a_path_fallback_to_a_ws_inbound_on_a_unix_socket() {
               {{"listen":"{sock}","protocol":"vless",
                 "settings":{{"clients":[{{"id":"{ID}","email":"ws@t"}}],"decryption":"none"}},
                 "streamSettings":{{"network":"ws","wsSettings":{{"path":"/ws","acceptProxyProtocol":true}}}}}}],
-              "outbounds":[{{"protocol":"freedom"}}]}}"#,
+              "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
             sock = sock.display(),
             cert = cert.display(),
             key = key.display()
@@ -539,7 +539,7 @@ fn grpc_calls_share_one_connection() {
             r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{{"listen":"127.0.0.1","port":{sport},
                 "protocol":"vless","settings":{{"clients":[{{"id":"{ID}"}}],"decryption":"none"}},
                 "streamSettings":{{"network":"grpc","grpcSettings":{{"serviceName":"one"}}}}}}],
-              "outbounds":[{{"protocol":"freedom"}}]}}"#
+              "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[sport],
     );

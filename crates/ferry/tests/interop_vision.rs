@@ -214,7 +214,7 @@ fn tls_echo_through(
 
 const XRAY_FREEDOM: &str =
     r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#;
-const FREEDOM: &str = r#"{"protocol":"freedom"}"#;
+const FREEDOM: &str = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#;
 
 struct Files {
     dir: tempdir::Dir,

@@ -45,7 +45,7 @@ fn vless_in(port: u16, id: &str) -> String {
 /// Xray v26 freedom refuses loopback targets for proxied connections unless allowed.
 const XRAY_FREEDOM: &str =
     r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#;
-const FREEDOM: &str = r#"{"protocol":"freedom"}"#;
+const FREEDOM: &str = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#;
 
 fn config(inbounds: &[String], outbound: &str) -> String {
     format!(

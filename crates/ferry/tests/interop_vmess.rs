@@ -87,7 +87,9 @@ fn freedom(peer: Option<Peer>) -> &'static str {
         Some(Peer::Xray) => {
             r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#
         }
-        _ => r#"{"tag":"direct","protocol":"freedom"}"#,
+        _ => {
+            r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#
+        }
     }
 }
 

@@ -231,7 +231,7 @@ impl Fixture {
 
 const XRAY_FREEDOM: &str =
     r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#;
-const FREEDOM: &str = r#"{"protocol":"freedom"}"#;
+const FREEDOM: &str = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#;
 
 /// `"xhttpSettings":{…}` with the path, the mode when given, and `extra` members (with their
 /// leading comma).

@@ -21,7 +21,7 @@ fn dokodemo_to(port: u16, target: u16, metrics: u16) -> String {
         r#"{{"log":{{"loglevel":"info"}},"stats":{{}},"metrics":{{"listen":"127.0.0.1:{metrics}"}},
             "inbounds":[{{"tag":"in","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
             "settings":{{"address":"127.0.0.1","port":{target}}}}}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     )
 }
 
@@ -164,7 +164,7 @@ fn a_client_that_never_reads_holds_bounded_memory() {
         &format!(
             r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{ss},"protocol":"shadowsocks",
                 "settings":{{"method":"aes-128-gcm","password":"never-reads"}}}}],
-                "outbounds":[{{"protocol":"freedom"}}]}}"#
+                "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[ss],
     );
@@ -227,7 +227,7 @@ fn churn_of_5000_connections_returns_to_idle() {
             r#"{{"stats":{{}},"metrics":{{"listen":"127.0.0.1:{ms}"}},
                 "inbounds":[{{"listen":"127.0.0.1","port":{ss},"protocol":"shadowsocks",
                 "settings":{{"method":"chacha20-ietf-poly1305","password":"churn"}}}}],
-                "outbounds":[{{"protocol":"freedom"}}]}}"#
+                "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[ss],
     );
@@ -297,7 +297,7 @@ fn the_open_files_limit_is_raised_to_the_hard_one() {
         "ferry",
         &format!(
             r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"socks"}}],
-                "outbounds":[{{"protocol":"freedom"}}]}}"#
+                "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[
             "--nofile=256:4096",
@@ -329,7 +329,7 @@ fn silent_and_trickling_clients_are_cut_at_the_handshake_timeout() {
             r#"{{"policy":{{"levels":{{"0":{{"handshake":2}}}}}},
                 "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"vmess",
                 "settings":{{"clients":[{{"id":"b831381d-6324-4d53-ad4f-8cda48b30811"}}]}}}}],
-                "outbounds":[{{"protocol":"freedom"}}]}}"#
+                "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[port],
     );

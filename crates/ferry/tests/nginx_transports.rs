@@ -43,7 +43,7 @@ fn nginx_in_front_of_ws_over_tcp_and_unix_and_grpc() {
         )
     };
     let server_cfg = format!(
-        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         vless(
             format!(r#""listen":"127.0.0.1","port":{ws_port}"#),
             r#"{"network":"ws","wsSettings":{"path":"/ray"}}"#

@@ -500,7 +500,7 @@ fn ferry_server(port: u16, metrics: u16, inbound: &str) -> Proc {
         r#"{{"log":{{"loglevel":"info"}},"stats":{{}},"metrics":{{"listen":"127.0.0.1:{metrics}"}},
         "policy":{{"levels":{{"0":{{"handshake":{HANDSHAKE}}}}}}},
         "inbounds":[{{"tag":"probed","listen":"127.0.0.1","port":{port},{inbound}}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     ferry(&cfg, &[port, metrics])
 }

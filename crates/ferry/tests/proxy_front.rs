@@ -59,7 +59,7 @@ fn nginx_stream_in_front_over_tcp_unix_and_proxy_protocol() {
         )
     };
     let cfg = format!(
-        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         fwd(format!(r#""listen":"127.0.0.1","port":{f_tcp}"#), ""),
         fwd(format!(r#""listen":"{}""#, sock.display()), ""),
         fwd(
@@ -103,7 +103,7 @@ fn malformed_or_missing_proxy_headers_are_closed_and_logged() {
             "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
               "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}},
               "streamSettings":{{"sockopt":{{"acceptProxyProtocol":true}}}}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         echo.port()
     );
     let f = ferry(&cfg, &[port]);
@@ -221,7 +221,7 @@ fn trojan_falls_back_to_vless_over_tcp_unix_abstract_and_padded() {
         ));
     }
     let server = format!(
-        r#"{{"log":{{"loglevel":"info"}},"inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"log":{{"loglevel":"info"}},"inbounds":[{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         inbounds.join(",")
     );
     let f = ferry(&server, &trojan_ports);

@@ -88,7 +88,7 @@ fn ferry_server(port: u16, settings: &str) -> Proc {
     let cfg = format!(
         r#"{{"log":{{"loglevel":"info"}},"policy":{{"levels":{{"0":{{"handshake":1}}}}}},
         "inbounds":[{{"tag":"probed","listen":"127.0.0.1","port":{port},"protocol":"shadowsocksr","settings":{settings}}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     ferry(&cfg, &[port])
 }

@@ -46,7 +46,7 @@ fn server_config(port: u16, tls: &str, handshake_secs: u32) -> String {
             "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"vless",
               "settings":{{"clients":[{{"id":"{ID}"}}],"decryption":"none"}},
               "streamSettings":{{"security":"tls","tlsSettings":{{{tls}}}}}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     )
 }
 

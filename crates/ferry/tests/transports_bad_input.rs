@@ -35,7 +35,7 @@ fn setup() -> Setup {
     };
     let server = ferry(
         &format!(
-            r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+            r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{},{},{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
             vless(
                 ws,
                 r#"{"network":"ws","wsSettings":{"path":"/ray","host":"good.test"}}"#

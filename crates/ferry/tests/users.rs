@@ -69,7 +69,7 @@ async fn users_come_and_go_while_others_transfer() {
             {"tag": "ss", "listen": "127.0.0.1", "port": sport, "protocol": "shadowsocks",
              "settings": {"clients": [{"method": "aes-128-gcm", "password": "pa", "email": "sa"}]}}
         ],
-        "outbounds": [{"protocol": "freedom"}]
+        "outbounds": [{"protocol": "freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}]
     }))
     .await;
     let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
@@ -187,7 +187,7 @@ async fn inbounds_that_start_empty_serve_users_added_later() {
             {"tag": "vm", "listen": "127.0.0.1", "port": vport, "protocol": "vmess",
              "settings": {"clients": []}}
         ],
-        "outbounds": [{"protocol": "freedom"}]
+        "outbounds": [{"protocol": "freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}]
     }))
     .await;
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();

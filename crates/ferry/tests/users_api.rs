@@ -306,7 +306,7 @@ fn api_config(api: u16, inbounds: Vec<Value>) -> Value {
         "stats": {},
         "policy": {"levels": {"0": {"statsUserUplink": true, "statsUserDownlink": true}}},
         "inbounds": inbounds,
-        "outbounds": [{"protocol": "freedom"}]
+        "outbounds": [{"protocol": "freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}]
     })
 }
 

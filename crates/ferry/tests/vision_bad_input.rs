@@ -49,7 +49,7 @@ fn server() -> Server {
               "settings":{{"clients":[{{"id":"{ID}","flow":"xtls-rprx-vision"}}],"decryption":"none"}},
               "streamSettings":{{"security":"tls","tlsSettings":{{"certificates":[
                 {{"certificateFile":"{}","keyFile":"{}"}}]}}}}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         cert.display(),
         key.display()
     );

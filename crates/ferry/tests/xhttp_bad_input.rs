@@ -33,7 +33,7 @@ fn setup(extra: &str) -> Setup {
             "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"vless",
               "settings":{{"clients":[{{"id":"{ID}"}}],"decryption":"none"}},
               "streamSettings":{{"network":"xhttp","xhttpSettings":{{"path":"/xh"{extra}}}}}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[port],
     );

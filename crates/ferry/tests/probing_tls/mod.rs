@@ -70,7 +70,7 @@ fn servers(inbound: &str) -> (u16, u16, Vec<Proc>) {
         format!(
             r#"{{"log":{{"loglevel":"{log}"}},"policy":{{"levels":{{"0":{{"handshake":{HANDSHAKE}}}}}}},
             "inbounds":[{{"listen":"127.0.0.1","port":{port},{inbound}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         )
     };
     let fe = ferry(&cfg(f, "debug"), &[f]);

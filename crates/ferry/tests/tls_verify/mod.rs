@@ -52,7 +52,7 @@ fn server(d: &std::path::Path, name: &str, chain: &str, key: &str) -> (u16, Proc
               "settings":{{"clients":[{{"id":"{ID}"}}],"decryption":"none"}},
               "streamSettings":{{"security":"tls","tlsSettings":{{"certificates":[
                 {{"certificateFile":"{}","keyFile":"{}"}}]}}}}}}],
-              "outbounds":[{{"protocol":"freedom"}}]}}"#,
+              "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
             crt.display(),
             k.display()
         ),
