@@ -228,16 +228,17 @@ fn side_by_side(strategy: &str, extra: &str, n: usize, seed: u64, min_outbounds:
     eprintln!("{strategy}: {n} cases, outbounds reached: {seen:?}");
 }
 
-/// Negated lists over both families, as Xray v26.3.27 matches them: `geoip:!TAG` where TAG has
-/// no IPv6 range, negated CIDRs of one family, and the mixed and doubly negated forms; each
-/// rule on its own port so every destination meets every rule. (A rule like
-/// `geoip:!cn -> block` must not let IPv6 through.)
+/// Negated tags over both families, as Xray v26.3.27 matches them: `geoip:!TAG` where TAG has
+/// no IPv6 range, a positive and a negated tag in one list, two negated tags ("in neither"),
+/// `geoip:!private`; each rule on its own port so every destination meets every rule. (A rule
+/// like `geoip:!cn -> block` must not let IPv6 through. Xray v26.3.27 refuses negated CIDRs
+/// and `!geoip:`, so they are not compared.)
 #[test]
 fn negated_ip_lists_match_as_xray_over_ipv4_and_ipv6() {
     let xray = peer("xray");
     let dir = tempdir::Dir::new("xray-geo-neg");
     write_geodata(dir.path());
-    let names = ["default", "notyy", "notten", "mixed", "neither", "notpriv"];
+    let names = ["default", "notyy", "mixed", "neither", "notpriv"];
     let sinks: Vec<Sink> = names.iter().map(|t| sink(t)).collect();
     let config = |port: u16| {
         let outs: Vec<String> = sinks.iter().map(|s| to_sink(&s.name, s.port)).collect();
@@ -247,10 +248,10 @@ fn negated_ip_lists_match_as_xray_over_ipv4_and_ipv6() {
   "outbounds":[{}],
   "routing":{{"rules":[
     {{"ip":["geoip:!yy"],"port":"443","outboundTag":"notyy"}},
-    {{"ip":["!10.0.0.0/8"],"port":"444","outboundTag":"notten"}},
-    {{"ip":["geoip:!cn","!8.8.8.0/24"],"port":"445","outboundTag":"mixed"}},
+    {{"ip":["geoip:cn","geoip:!yy"],"port":"444","outboundTag":"mixed"}},
+    {{"ip":["geoip:!cn","geoip:!yy"],"port":"445","outboundTag":"neither"}},
     {{"ip":["geoip:!cn","geoip:!us"],"port":"446","outboundTag":"neither"}},
-    {{"ip":["!geoip:private"],"port":"447","outboundTag":"notpriv"}}
+    {{"ip":["geoip:!private"],"port":"447","outboundTag":"notpriv"}}
   ]}}}}"#,
             outs.join(",\n    ")
         )

@@ -1,7 +1,8 @@
 //! IP matchers: IPs, CIDRs and geoip tags as sorted, merged ranges searched by bisection, with
-//! Xray's negation (routing.md §2.3): positive CIDRs, negated CIDRs, positive tags and negated
-//! tags are four unions; a negated union matches the addresses of its families outside it; the
-//! four are OR-ed.
+//! Xray's negation: positive CIDRs, negated CIDRs, positive tags and negated tags are four
+//! unions, OR-ed; the negated tags match every address outside their union (of both families,
+//! as Xray v26.3.27), the negated CIDRs (which Xray refuses) the addresses of their families
+//! outside theirs.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -206,9 +207,10 @@ impl IpSet {
                 return true;
             }
         }
-        !self.geo_not.is_empty()
-            && self.geo_not.iter().any(|r| r.has_family_of(ip))
-            && !self.geo_not.iter().any(|r| r.contains(ip))
+        // A negated tag matches every address outside the union of the negated tags, of
+        // either family: `geoip:!TAG` with a TAG of IPv4 ranges only matches every IPv6
+        // address, as Xray v26.3.27 does (a `geoip:!cn -> block` rule must not let IPv6 by).
+        !self.geo_not.is_empty() && !self.geo_not.iter().any(|r| r.contains(ip))
     }
 }
 
