@@ -1,5 +1,6 @@
-//! UDP sessions keyed by client source: each source gets one outbound packet channel (routed by
-//! its first destination), packets are counted as they pass, and idle sessions expire.
+//! UDP sessions keyed by client source (or, for Shadowsocks 2022, by client session): each gets
+//! one outbound packet channel (routed by its first destination), packets are counted as they
+//! pass, and idle sessions expire.
 
 use std::collections::HashMap;
 use std::io;
@@ -26,11 +27,26 @@ pub trait UdpReply: Send + Sync + 'static {
 /// Largest datagram Ferry relays.
 pub const MAX_DATAGRAM: usize = 65535;
 
-type Entry = (u64, mpsc::Sender<(Bytes, Destination)>);
+/// What a NAT session is keyed by.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum NatKey {
+    /// The client's source address.
+    Addr(SocketAddr),
+    /// A session the inbound tells apart itself (Shadowsocks 2022: the client session), whose
+    /// replies go to the address it last sent from (a roaming client keeps its session).
+    Session(u64),
+}
+
+struct Entry {
+    id: u64,
+    tx: mpsc::Sender<(Bytes, Destination)>,
+    /// Where replies go: the address the session last sent from.
+    to: Arc<Mutex<SocketAddr>>,
+}
 
 /// The table of live UDP sessions of one inbound.
 pub struct UdpNat {
-    sessions: Mutex<HashMap<SocketAddr, Entry>>,
+    sessions: Mutex<HashMap<NatKey, Entry>>,
     next_id: AtomicU64,
     dispatcher: Arc<Dispatcher>,
     reply: Arc<dyn UdpReply>,
@@ -80,29 +96,42 @@ impl UdpNat {
     /// Forwards one datagram from `client` (as `session`) to `session.dest`, opening a
     /// session for that client if needed.
     pub fn send(self: &Arc<Self>, client: SocketAddr, session: Session, data: Bytes) {
-        let key = client;
+        self.send_keyed(NatKey::Addr(client), client, session, data)
+    }
+
+    /// [`send`](Self::send) for the session `key`, whose datagram came from `client` (where its
+    /// replies go from now on).
+    pub fn send_keyed(
+        self: &Arc<Self>,
+        key: NatKey,
+        client: SocketAddr,
+        session: Session,
+        data: Bytes,
+    ) {
         let dest = session.dest.clone();
         let mut map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, tx)) = map.get(&key) {
-            match tx.try_send((data, dest)) {
+        if let Some(e) = map.get(&key) {
+            *e.to.lock().unwrap_or_else(|e| e.into_inner()) = client;
+            match e.tx.try_send((data, dest)) {
                 Ok(()) => return,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::debug!("udp session {key}: queue full, datagram dropped");
+                    tracing::debug!("udp session {client}: queue full, datagram dropped");
                     return;
                 }
                 Err(mpsc::error::TrySendError::Closed((d, dst))) => {
                     map.remove(&key);
-                    return self.open(map, key, session, d, dst);
+                    return self.open(map, key, client, session, d, dst);
                 }
             }
         }
-        self.open(map, key, session, data, dest)
+        self.open(map, key, client, session, data, dest)
     }
 
     fn open(
         self: &Arc<Self>,
-        mut map: std::sync::MutexGuard<'_, HashMap<SocketAddr, Entry>>,
-        key: SocketAddr,
+        mut map: std::sync::MutexGuard<'_, HashMap<NatKey, Entry>>,
+        key: NatKey,
+        client: SocketAddr,
         session: Session,
         data: Bytes,
         dest: Destination,
@@ -110,15 +139,23 @@ impl UdpNat {
         let (tx, rx) = mpsc::channel(512);
         let _ = tx.try_send((data, dest));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        map.insert(key, (id, tx));
+        let to = Arc::new(Mutex::new(client));
+        map.insert(
+            key,
+            Entry {
+                id,
+                tx,
+                to: to.clone(),
+            },
+        );
         drop(map);
         let me = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = me.run(key, session, rx).await {
-                tracing::debug!("udp session {key} ended: {e}");
+            if let Err(e) = me.run(&to, session, rx).await {
+                tracing::debug!("udp session {client} ended: {e}");
             }
             let mut map = me.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            if map.get(&key).is_some_and(|(i, _)| *i == id) {
+            if map.get(&key).is_some_and(|e| e.id == id) {
                 map.remove(&key);
             }
         });
@@ -126,7 +163,7 @@ impl UdpNat {
 
     async fn run(
         &self,
-        client: SocketAddr,
+        to: &Mutex<SocketAddr>,
         mut session: Session,
         mut rx: mpsc::Receiver<(Bytes, Destination)>,
     ) -> io::Result<()> {
@@ -168,7 +205,7 @@ impl UdpNat {
                         c.fetch_add(data.len() as u64, Ordering::Relaxed);
                     }
                 }
-                Err(e) => tracing::debug!("udp {client} -> {dest}: {e}"),
+                Err(e) => tracing::debug!("udp {} -> {dest}: {e}", session.source),
             }
         }
         let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -179,7 +216,7 @@ impl UdpNat {
                 m = rx.recv() => {
                     let Some((data, dest)) = m else { return Ok(()) };
                     if let Err(e) = pc.send_to(&data, &dest).await {
-                        tracing::debug!("udp {client} -> {dest}: {e}");
+                        tracing::debug!("udp {} -> {dest}: {e}", session.source);
                         continue;
                     }
                     for c in &counters.up { c.fetch_add(data.len() as u64, Ordering::Relaxed); }
@@ -187,6 +224,7 @@ impl UdpNat {
                 }
                 r = pc.recv_from(&mut buf) => {
                     let (n, from) = r?;
+                    let client = *to.lock().unwrap_or_else(|e| e.into_inner());
                     self.reply.reply(client, &buf[..n], &from).await?;
                     for c in &counters.down { c.fetch_add(n as u64, Ordering::Relaxed); }
                     idle.as_mut().reset(tokio::time::Instant::now() + self.idle);
