@@ -158,3 +158,137 @@ fn ss2022_udp_replay_from_another_address_is_dropped() {
     a.send_to(&pkt, server).unwrap();
     assert!(a.recv_from(&mut buf).is_err(), "the replay was answered");
 }
+
+/// Ferry with a dokodemo-door UDP inbound on `port` to `target` (and a TCP one to wait on).
+fn udp_forwarder(port: u16, target: SocketAddr) -> Proc {
+    let tcp_port = free_port();
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"warning"}},
+        "inbounds":[{{"tag":"flood","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
+              "settings":{{"address":"127.0.0.1","port":{},"network":"udp"}}}},
+            {{"listen":"127.0.0.1","port":{tcp_port},"protocol":"tunnel","settings":{{"address":"127.0.0.1","port":9}}}}],
+        "outbounds":[{{"protocol":"freedom"}}]}}"#,
+        target.port()
+    );
+    ferry(&cfg, &[tcp_port])
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(p: &Proc) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{}/status", p.child.id())).unwrap();
+    st.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Sends `msg` from `u` through `port` until it comes back.
+fn udp_round_trip(u: &UdpSocket, port: u16, msg: &[u8], f: &Proc) {
+    let got = udp_ask(u, ([127, 0, 0, 1], port).into(), msg, 10, |d| d != msg);
+    assert!(got.is_some(), "no echo of {msg:?}\n{}", f.output());
+}
+
+/// A flood of new sources from one address takes at most the per-source cap of sessions, the
+/// server's memory stays bounded, and a session open before the flood keeps working.
+#[test]
+fn udp_nat_flood_from_one_address_is_capped() {
+    let (echo, seen) = counting_echo();
+    let port = free_port();
+    let f = udp_forwarder(port, echo);
+    let old = client_socket();
+    udp_round_trip(&old, port, b"before", &f);
+    let before = rss_kib(&f);
+    let to: SocketAddr = ([127, 0, 0, 1], port).into();
+    const SOURCES: usize = 2000;
+    for i in 0..SOURCES {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.send_to(format!("flood {i}").as_bytes(), to).unwrap();
+        if i % 250 == 0 {
+            udp_round_trip(&old, port, format!("during {i}").as_bytes(), &f);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    udp_round_trip(&old, port, b"after", &f);
+    let after = rss_kib(&f);
+    eprintln!("rss {before} -> {after} KiB");
+    // Sessions, told apart by their outbound sockets (a flood socket's port may come back
+    // for a later one and reach its earlier session).
+    let through: std::collections::HashSet<SocketAddr> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with(b"flood "))
+        .flat_map(|(_, v)| v.iter().copied())
+        .collect();
+    let through = through.len();
+    // The session open before the flood holds one place of 127.0.0.1's.
+    assert!(
+        through < 256 && through > 100,
+        "{through} flood sessions got through\n{}",
+        f.output()
+    );
+    assert!(f.output().contains("refused"), "no refusal logged");
+    // Each session holds a 64 KiB buffer once replies come: 2,000 of them would be 125 MiB.
+    assert!(
+        after.saturating_sub(before) < 48 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+}
+
+/// A UDP sink: records the source address of each datagram, answers none.
+fn sink() -> (SocketAddr, Seen) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = s.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            log.lock()
+                .unwrap()
+                .entry(buf[..n].to_vec())
+                .or_default()
+                .push(from);
+        }
+    });
+    (addr, seen)
+}
+
+/// Sessions that never get a reply end within seconds: their places under the cap free up,
+/// and a source that comes back gets a new session (a new outbound socket).
+#[test]
+fn udp_nat_sessions_without_reply_end_soon() {
+    let (target, seen) = sink();
+    let port = free_port();
+    let f = udp_forwarder(port, target);
+    let to: SocketAddr = ([127, 0, 0, 1], port).into();
+    let x = client_socket();
+    x.send_to(b"x1", to).unwrap();
+    let socks: Vec<UdpSocket> = (0..300)
+        .map(|i| {
+            let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+            u.send_to(format!("flood {i}").as_bytes(), to).unwrap();
+            u
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let count = |prefix: &[u8]| {
+        seen.lock()
+            .unwrap()
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .count()
+    };
+    assert!(count(b"flood ") < 256, "the cap let the flood through");
+    // Past the no-reply timeout, every session is gone: the refused sources get through now.
+    std::thread::sleep(Duration::from_secs(6));
+    for (i, u) in socks.iter().enumerate().skip(256) {
+        u.send_to(format!("again {i}").as_bytes(), to).unwrap();
+    }
+    x.send_to(b"x2", to).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(b"again "), 300 - 256, "{}", f.output());
+    let m = seen.lock().unwrap();
+    let (a, b) = (m.get(&b"x1"[..]).unwrap(), m.get(&b"x2"[..]).unwrap());
+    assert_ne!(a[0], b[0], "the session without replies was kept");
+}
