@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -291,4 +291,86 @@ fn udp_nat_sessions_without_reply_end_soon() {
     let m = seen.lock().unwrap();
     let (a, b) = (m.get(&b"x1"[..]).unwrap(), m.get(&b"x2"[..]).unwrap());
     assert_ne!(a[0], b[0], "the session without replies was kept");
+}
+
+/// A TCP connection to `port` from `from` (an address of 127.0.0.0/8).
+fn connect_from(from: [u8; 4], port: u16) -> std::net::TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    s.connect(&SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    let s: std::net::TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Sends an HTTP/1.1 request from `from`; the answer's status code and the connection.
+fn http(from: [u8; 4], port: u16, method: &str, path: &str, body: &[u8]) -> (u16, TcpStream) {
+    use std::io::{Read, Write};
+    let mut s = connect_from(from, port);
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: h.test\r\nReferer: http://h.test{path}?x_padding={}\r\nContent-Length: {}\r\n\r\n",
+        "X".repeat(300),
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(2).any(|w| w == b"\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let code = String::from_utf8_lossy(&got)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, s)
+}
+
+/// Sessions whose GET came but whose proxied connection never answered (the first packet
+/// never comes, so the VLESS handshake waits) still count against their address's budget for
+/// out-of-order packets; another address keeps its own.
+#[test]
+fn xhttp_unanswered_sessions_are_budgeted_per_address() {
+    let port = free_port();
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"info"}},
+        "policy":{{"levels":{{"0":{{"handshake":60}}}}}},
+        "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"vless",
+          "settings":{{"clients":[{{"id":"4c4f7e2a-7d7b-4b43-9d0f-6f1d8b3c2a10"}}],"decryption":"none"}},
+          "streamSettings":{{"network":"xhttp","xhttpSettings":{{"path":"/xh"}}}}}}],
+        "outbounds":[{{"protocol":"freedom"}}]}}"#
+    );
+    let f = ferry(&cfg, &[port]);
+    let body = vec![7u8; 1_000_000];
+    let mut gets = Vec::new();
+    let mut refused = None;
+    'sessions: for n in 0..2 {
+        let sid = format!("0b1ad2f4-54b1-4a6e-8d0e-3f0e8c1f2a{n:02}");
+        let (code, get) = http([127, 0, 0, 1], port, "GET", &format!("/xh/{sid}"), b"");
+        assert_eq!(code, 200, "GET {n}\n{}", f.output());
+        gets.push(get);
+        for seq in 1..30 {
+            let path = format!("/xh/{sid}/{seq}");
+            let (code, _) = http([127, 0, 0, 1], port, "POST", &path, &body);
+            if code != 200 {
+                assert_eq!(code, 500, "session {n} packet {seq}");
+                refused = Some(n * 29 + seq - 1);
+                break 'sessions;
+            }
+        }
+    }
+    // 32 MiB of 1 MB packets: the 34th is refused.
+    assert_eq!(refused, Some(33), "{}", f.output());
+    assert!(f.output().contains("this address's buffer"));
+    // Another address has room of its own.
+    let sid = "0b1ad2f4-54b1-4a6e-8d0e-3f0e8c1f2b00";
+    let (code, _get) = http([127, 0, 0, 2], port, "GET", &format!("/xh/{sid}"), b"");
+    assert_eq!(code, 200);
+    let (code, _) = http([127, 0, 0, 2], port, "POST", &format!("/xh/{sid}/1"), &body);
+    assert_eq!(code, 200, "{}", f.output());
 }
