@@ -374,3 +374,74 @@ fn xhttp_unanswered_sessions_are_budgeted_per_address() {
     let (code, _) = http([127, 0, 0, 2], port, "POST", &format!("/xh/{sid}/1"), &body);
     assert_eq!(code, 200, "{}", f.output());
 }
+
+/// An HTTP CONNECT to a 256-byte name is answered 400, not tunnelled to a shortened name.
+#[test]
+fn http_connect_to_a_name_over_255_bytes_is_refused() {
+    use std::io::{Read, Write};
+    let port = free_port();
+    let cfg = format!(
+        r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"http"}}],
+        "outbounds":[{{"protocol":"freedom"}}]}}"#
+    );
+    let f = ferry(&cfg, &[port]);
+    let name = "a".repeat(256);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "CONNECT {name}:80 HTTP/1.1\r\nHost: {name}:80\r\n\r\n").unwrap();
+    let mut got = String::new();
+    let _ = s.read_to_string(&mut got);
+    assert!(got.starts_with("HTTP/1.1 400"), "{got:?}\n{}", f.output());
+}
+
+/// A SOCKS outbound asked for a 256-byte name (a dokodemo-door's fixed address) sends no
+/// request for a shortened one.
+#[test]
+fn socks_outbound_refuses_a_name_over_255_bytes() {
+    use std::io::{Read, Write};
+    // A SOCKS5 server that accepts no-auth and records what comes after the greeting.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let socks = l.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut greet = [0u8; 3];
+            if s.read_exact(&mut greet).is_err() || s.write_all(&[5, 0]).is_err() {
+                continue;
+            }
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        }
+    });
+    let port = free_port();
+    let name = "a".repeat(256);
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"debug"}},
+        "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
+          "settings":{{"address":"{name}","port":80,"network":"tcp"}}}}],
+        "outbounds":[{{"protocol":"socks","settings":{{"servers":[{{"address":"127.0.0.1","port":{}}}]}}}}]}}"#,
+        socks.port()
+    );
+    let f = ferry(&cfg, &[port]);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = c.write_all(b"hello");
+    let mut buf = [0u8; 16];
+    // The connection ends without an answer.
+    assert!(matches!(c.read(&mut buf), Ok(0) | Err(_)));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the SOCKS server got a request\n{}",
+        f.output()
+    );
+    assert!(f.output().contains("256-byte name"), "{}", f.output());
+}
