@@ -32,7 +32,7 @@ use super::udp_server::UdpServer;
 pub use super::udp_server::{Sessions2022, UdpPeer, UdpPeer2022};
 use super::{parse_server, ss2022, Account, ServerConfig};
 use crate::common::addr::socks;
-use crate::common::{Destination, Network};
+use crate::common::{ct, Destination, Network};
 use crate::config::reader::{Obj, Result};
 use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
@@ -193,10 +193,7 @@ impl Inbound {
         let acct = match ipsk {
             Some(ipsk) => {
                 let h = ss2022::eih_tcp_open(ipsk, salt, &rest[..16]).ok_or(Error::Auth)?;
-                users
-                    .iter()
-                    .find(|u| u.hash == h)
-                    .ok_or(Error::UnknownUser)?
+                ct::find(&users, |u| &u.hash, &h).ok_or(Error::UnknownUser)?
             }
             None => users
                 .first()

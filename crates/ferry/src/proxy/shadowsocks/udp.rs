@@ -16,7 +16,7 @@ use super::ota;
 use super::ss2022::{check_time, now, TYPE_CLIENT, TYPE_SERVER};
 use super::stream_cipher::{StreamCrypt, OTA_FLAG};
 use crate::common::addr::socks;
-use crate::common::Destination;
+use crate::common::{ct, Destination};
 
 fn parse_addr(b: &[u8]) -> Result<(Destination, usize), Error> {
     // Stream/AEAD receivers mask the OTA bit (Xray masks the low nibble).
@@ -400,11 +400,7 @@ pub fn decode_2022(r: &Receiver2022<'_>, pkt: &mut [u8]) -> Result<Packet2022, E
                 .ok_or(Error::Auth)?
                 .decrypt(&mut b);
             b.iter_mut().zip(sep.iter()).for_each(|(x, y)| *x ^= y);
-            let i = r
-                .users
-                .iter()
-                .position(|(_, h)| *h == b)
-                .ok_or(Error::UnknownUser)?;
+            let i = ct::position(r.users, |(_, h)| h, &b).ok_or(Error::UnknownUser)?;
             key = r.users[i].0;
             user = Some(i);
         }
