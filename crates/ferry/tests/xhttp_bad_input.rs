@@ -253,8 +253,8 @@ fn packets_too_far_ahead_end_their_session() {
 }
 
 /// Sessions that never GET, each holding as many packets as it may (30 of 1 MB): past the
-/// inbound's budget for such packets (128 MiB) the next packet ends its session, so they
-/// cannot hold 30 MB each without end; clients that GET are still served.
+/// budget of their address for such packets (32 MiB) the next packet ends its session, so
+/// they cannot hold 30 MB each without end; clients that GET are still served.
 #[test]
 fn sessions_without_a_get_share_a_bounded_buffer() {
     let s = setup("");
@@ -273,11 +273,11 @@ fn sessions_without_a_get_share_a_bounded_buffer() {
         }
     }
     let at = refused.expect("every packet of 8 sessions (240 MB) was held");
-    // 128 MiB of 1 MB packets: the 135th is refused.
-    assert_eq!(at, 134, "refused at packet {at}");
+    // 32 MiB of 1 MB packets: the 34th is refused.
+    assert_eq!(at, 33, "refused at packet {at}");
     wait_log(
         &s.server,
-        "the inbound's buffer for sessions without a GET is full",
+        "this address's buffer for sessions not yet answered is full",
         Duration::from_secs(5),
     );
     good_client_served(&s);

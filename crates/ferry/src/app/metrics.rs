@@ -118,13 +118,34 @@ pub fn prometheus(stats: &Stats) -> String {
     out
 }
 
+/// How long a failed accept (EMFILE, ENFILE, ENOBUFS) waits before the next, as the API
+/// listener does: retrying at once would spin a core while the failure lasts.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Serves the endpoint until the task is dropped.
 pub async fn serve(listener: TcpListener, stats: Arc<Stats>) {
+    accept_loop(
+        || listener.accept(),
+        |(sock, _)| {
+            tokio::spawn(serve_conn(sock, stats.clone()));
+        },
+    )
+    .await
+}
+
+/// Hands what `accept` yields to `each`, backing off after a failure.
+async fn accept_loop<T, F: std::future::Future<Output = std::io::Result<T>>>(
+    mut accept: impl FnMut() -> F,
+    mut each: impl FnMut(T),
+) {
     loop {
-        let Ok((sock, _)) = listener.accept().await else {
-            continue;
-        };
-        tokio::spawn(serve_conn(sock, stats.clone()));
+        match accept().await {
+            Ok(c) => each(c),
+            Err(e) => {
+                tracing::warn!("metrics accept: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
     }
 }
 
@@ -225,5 +246,33 @@ mod tests {
             p.contains("ferry_rejected_handshakes_total{inbound=\"in\",reason=\"replay\"} 1\n"),
             "{p}"
         );
+    }
+
+    /// A listener whose accepts fail (out of descriptors) is retried after a pause, not in a
+    /// loop that spins; accepts that work again are served.
+    #[tokio::test]
+    async fn failed_accepts_back_off() {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let served = std::sync::atomic::AtomicUsize::new(0);
+        let run = accept_loop(
+            || {
+                let n = calls.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    if n % 4 == 3 {
+                        Ok(n)
+                    } else {
+                        Err(std::io::Error::from_raw_os_error(libc::EMFILE))
+                    }
+                }
+            },
+            |_| {
+                served.fetch_add(1, Ordering::Relaxed);
+            },
+        );
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), run).await;
+        let n = calls.load(Ordering::Relaxed);
+        // 500 ms of 50 ms pauses after each failure: about 13 calls; spinning would be millions.
+        assert!((4..=20).contains(&n), "{n} accepts");
+        assert_eq!(served.load(Ordering::Relaxed), n / 4);
     }
 }

@@ -1,6 +1,7 @@
 //! Shared building blocks: addresses and their wire codecs, buffers, and the one unsafe module.
 
 pub mod addr;
+pub mod ct;
 pub mod own;
 pub mod rand;
 #[allow(

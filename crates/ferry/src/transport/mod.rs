@@ -262,6 +262,12 @@ pub trait PacketConn: Send + Sync + 'static {
     async fn send_to(&self, data: &[u8], dest: &Destination) -> io::Result<()>;
     /// Receives one datagram and the address it came from (inbound side: where it goes).
     async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)>;
+    /// Waits until a datagram may be ready to receive, so that a caller holds no receive buffer
+    /// while nothing comes (a UDP NAT session that never gets a reply). A channel that cannot
+    /// tell is ready at once.
+    async fn ready(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Turns a destination into a stream or a packet channel. Every outbound is one, and so is
@@ -338,6 +344,9 @@ impl PacketConn for ConnectedUdp {
     async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
         let n = self.0.recv(buf).await?;
         Ok((n, self.1.clone()))
+    }
+    async fn ready(&self) -> io::Result<()> {
+        self.0.readable().await
     }
 }
 

@@ -177,7 +177,10 @@ pub fn parse_authority(auth: &str, default_port: u16) -> Option<Destination> {
             None => (auth, None),
         }
     };
+    // A name longer than 255 bytes fits no SOCKS or V2Ray address field an outbound would send
+    // it in: an error here, not a shortened name there.
     if host.is_empty()
+        || host.len() > 255
         || host
             .bytes()
             .any(|b| b.is_ascii_whitespace() || b == b'/' || b == b'@')
@@ -543,5 +546,20 @@ Proxy-Authorization: Basic dXNlcjpwYXNz\r\nX-Foo: bar\r\nProxy-Connection: Keep-
         );
         assert_eq!(parse_status(b"HTTP/1.0 407 x\r\n\r\n"), Ok(407));
         assert_eq!(parse_status(b"SSH-2.0\r\n\r\n"), Err(Error::StatusLine));
+    }
+
+    #[test]
+    fn names_over_255_bytes_are_errors() {
+        let name = "a".repeat(256);
+        let head = format!("CONNECT {name}:443 HTTP/1.1\r\nHost: {name}:443\r\n\r\n");
+        let req = parse_request(head.as_bytes()).unwrap();
+        assert!(matches!(target(&req, false), Err(Error::Target(_))));
+        let head = format!("GET http://{name}/ HTTP/1.1\r\nHost: {name}\r\n\r\n");
+        let req = parse_request(head.as_bytes()).unwrap();
+        assert!(target(&req, false).is_err());
+        // 255 is the most, and still fine.
+        let name = "a".repeat(255);
+        let dest = parse_authority(&format!("{name}:443"), 80).unwrap();
+        assert_eq!(dest.to_string(), format!("{name}:443"));
     }
 }

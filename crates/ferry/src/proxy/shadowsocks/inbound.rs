@@ -29,10 +29,10 @@ use super::replay::{BloomPair, SaltPool};
 use super::stream_cipher::{StreamCrypt, OTA_FLAG, OTA_MAC_LEN};
 use super::udp::SessionTable;
 use super::udp_server::UdpServer;
-pub use super::udp_server::{UdpPeer, UdpPeer2022};
+pub use super::udp_server::{Sessions2022, UdpPeer, UdpPeer2022};
 use super::{parse_server, ss2022, Account, ServerConfig};
 use crate::common::addr::socks;
-use crate::common::{Destination, Network};
+use crate::common::{ct, Destination, Network};
 use crate::config::reader::{Obj, Result};
 use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
@@ -53,8 +53,8 @@ pub struct Inbound {
     counters: CounterSource,
     bloom: BloomPair,
     pool: SaltPool,
-    /// 2022 UDP: per client address, the server's side of the session (idle ones expire).
-    udp: Mutex<SessionTable<UdpPeer>>,
+    /// 2022 UDP: per client session, the server's side of it (idle ones expire).
+    udp: Mutex<Sessions2022>,
 }
 
 pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
@@ -193,10 +193,7 @@ impl Inbound {
         let acct = match ipsk {
             Some(ipsk) => {
                 let h = ss2022::eih_tcp_open(ipsk, salt, &rest[..16]).ok_or(Error::Auth)?;
-                users
-                    .iter()
-                    .find(|u| u.hash == h)
-                    .ok_or(Error::UnknownUser)?
+                ct::find(&users, |u| &u.hash, &h).ok_or(Error::UnknownUser)?
             }
             None => users
                 .first()

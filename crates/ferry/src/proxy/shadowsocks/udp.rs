@@ -2,6 +2,7 @@
 //! sessions with separate headers, EIH and a packet-id window (§6.7, §6.8).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use super::ota;
 use super::ss2022::{check_time, now, TYPE_CLIENT, TYPE_SERVER};
 use super::stream_cipher::{StreamCrypt, OTA_FLAG};
 use crate::common::addr::socks;
-use crate::common::Destination;
+use crate::common::{ct, Destination};
 
 fn parse_addr(b: &[u8]) -> Result<(Destination, usize), Error> {
     // Stream/AEAD receivers mask the OTA bit (Xray masks the low nibble).
@@ -154,15 +155,16 @@ pub fn decode_aead_to(
     Ok((dest, n..body_len))
 }
 
-/// Per-client-address state (2022 sessions, reply keys) that forgets entries idle for longer
-/// than `idle`. Sweeps happen as entries are used, at most every `idle / 2`.
-pub struct SessionTable<V> {
-    map: HashMap<SocketAddr, (V, Instant)>,
+/// Per-client state (2022 sessions by client session, reply keys by address) that forgets
+/// entries idle for longer than `idle`. Sweeps happen as entries are used, at most every
+/// `idle / 2`.
+pub struct SessionTable<V, K = SocketAddr> {
+    map: HashMap<K, (V, Instant)>,
     idle: Duration,
     next_sweep: Option<Instant>,
 }
 
-impl<V> SessionTable<V> {
+impl<V, K: Hash + Eq> SessionTable<V, K> {
     pub fn new(idle: Duration) -> Self {
         SessionTable {
             map: HashMap::new(),
@@ -198,7 +200,7 @@ impl<V> SessionTable<V> {
     }
 
     /// The entry of `k` (made by `f` if absent), marked used at `now`.
-    pub fn entry(&mut self, k: SocketAddr, now: Instant, f: impl FnOnce() -> V) -> &mut V {
+    pub fn entry(&mut self, k: K, now: Instant, f: impl FnOnce() -> V) -> &mut V {
         self.maybe_sweep(now);
         let e = self.map.entry(k).or_insert_with(|| (f(), now));
         e.1 = now;
@@ -206,13 +208,13 @@ impl<V> SessionTable<V> {
     }
 
     /// Sets the entry of `k`, marked used at `now`.
-    pub fn insert(&mut self, k: SocketAddr, v: V, now: Instant) {
+    pub fn insert(&mut self, k: K, v: V, now: Instant) {
         self.maybe_sweep(now);
         self.map.insert(k, (v, now));
     }
 
     /// The entry of `k`, marked used at `now`.
-    pub fn get(&mut self, k: &SocketAddr, now: Instant) -> Option<&V> {
+    pub fn get(&mut self, k: &K, now: Instant) -> Option<&V> {
         let e = self.map.get_mut(k)?;
         e.1 = now;
         Some(&e.0)
@@ -398,11 +400,7 @@ pub fn decode_2022(r: &Receiver2022<'_>, pkt: &mut [u8]) -> Result<Packet2022, E
                 .ok_or(Error::Auth)?
                 .decrypt(&mut b);
             b.iter_mut().zip(sep.iter()).for_each(|(x, y)| *x ^= y);
-            let i = r
-                .users
-                .iter()
-                .position(|(_, h)| *h == b)
-                .ok_or(Error::UnknownUser)?;
+            let i = ct::position(r.users, |(_, h)| h, &b).ok_or(Error::UnknownUser)?;
             key = r.users[i].0;
             user = Some(i);
         }

@@ -15,17 +15,17 @@ use super::aead::Error;
 use super::cipher::{Kind, Method};
 use super::udp::{self, SessionTable};
 use super::{Account, ServerConfig};
-use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
+use crate::app::udp::{NatKey, UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::{Destination, Network};
 use crate::proxy::InboundCtx;
 use crate::registry::Users;
 
-/// One Shadowsocks inbound's UDP side: its config and its 2022 sessions by client address.
+/// One Shadowsocks inbound's UDP side: its config and its 2022 sessions.
 pub struct UdpServer<'a> {
     cfg: &'a ServerConfig,
     users: &'a Users<Account>,
-    /// 2022 UDP: per client address, the server's side of the session (idle ones expire).
-    udp: &'a Mutex<SessionTable<UdpPeer>>,
+    /// 2022 UDP: per client session, the server's side of it (idle ones expire).
+    udp: &'a Mutex<Sessions2022>,
 }
 
 impl<'a> UdpServer<'a> {
@@ -33,7 +33,7 @@ impl<'a> UdpServer<'a> {
     pub fn new(
         cfg: &'a ServerConfig,
         users: &'a Users<Account>,
-        udp: &'a Mutex<SessionTable<UdpPeer>>,
+        udp: &'a Mutex<Sessions2022>,
     ) -> Self {
         UdpServer { cfg, users, udp }
     }
@@ -69,14 +69,18 @@ impl<'a> UdpServer<'a> {
             let (n, from) = socket.recv_from(&mut buf).await?;
             let pkt = &mut buf[..n];
             let users = self.users.load();
-            match self.decode_udp(pkt, from, &mut scratch, &users) {
+            match self.decode_udp(pkt, &mut scratch, &users) {
                 Ok((dest, payload, acct, peer)) => {
+                    let key = match &peer {
+                        UdpPeer::S2022(p) => NatKey::Session(p.nat),
+                        UdpPeer::Simple { .. } => NatKey::Addr(from),
+                    };
                     reply.set(from, peer);
                     let mut s = ctx.session(dest, Network::Udp, "shadowsocks");
                     s.source = from.into();
                     s.user =
                         Some(acct.user.clone()).filter(|u| !u.email.is_empty() || u.level != 0);
-                    nat.send(from, s, payload);
+                    nat.send_keyed(key, from, s, payload);
                 }
                 Err(e) => tracing::info!(
                     "[{}] shadowsocks udp: dropped packet from {from}: {e}",
@@ -91,7 +95,6 @@ impl<'a> UdpServer<'a> {
     fn decode_udp<'u>(
         &'u self,
         pkt: &mut [u8],
-        from: SocketAddr,
         scratch: &mut Vec<u8>,
         all: &'u [Account],
     ) -> std::result::Result<(Destination, Bytes, &'u Account, UdpPeer), Error> {
@@ -140,26 +143,18 @@ impl<'a> UdpServer<'a> {
         };
         let p = udp::decode_2022(&r, pkt)?;
         let acct = p.user.and_then(|i| all.get(i)).unwrap_or(first);
+        // Keyed by the client's session (and user: another user could copy a session id it
+        // sees on the wire), never by address: a packet replayed from another address meets the
+        // same window, and a client that moves keeps its session.
         let mut map = self.udp.lock().unwrap_or_else(|e| e.into_inner());
-        let st = map.entry(from, Instant::now(), || {
-            UdpPeer2022 {
-                client_session: p.session_id,
-                server_session: udp::new_session_id(),
-                window: udp::Window::default(),
-                next_id: Arc::new(std::sync::atomic::AtomicU64::new(0)),
-                key: acct.key.clone(),
-            }
-            .into_peer()
+        let st = map.entry((p.session_id, acct.hash), Instant::now(), || UdpPeer2022 {
+            client_session: p.session_id,
+            server_session: udp::new_session_id(),
+            window: udp::Window::default(),
+            next_id: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            key: acct.key.clone(),
+            nat: NEXT_NAT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         });
-        let UdpPeer::S2022(st) = st else {
-            return Err(Error::Auth);
-        };
-        if st.client_session != p.session_id {
-            // A new client session from this address: start over.
-            st.client_session = p.session_id;
-            st.window = udp::Window::default();
-            st.key = acct.key.clone();
-        }
         if !st.window.check(p.packet_id) {
             return Err(Error::Replay);
         }
@@ -169,6 +164,12 @@ impl<'a> UdpServer<'a> {
     }
 }
 
+/// Tells 2022 sessions apart in the NAT (unique in the process).
+static NEXT_NAT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// 2022 UDP sessions: by client session id and the user's key hash.
+pub type Sessions2022 = SessionTable<UdpPeer2022, (u64, [u8; 16])>;
+
 /// The server's side of a 2022 UDP session with one client.
 #[derive(Clone)]
 pub struct UdpPeer2022 {
@@ -177,12 +178,8 @@ pub struct UdpPeer2022 {
     window: udp::Window,
     next_id: Arc<std::sync::atomic::AtomicU64>,
     key: Vec<u8>,
-}
-
-impl UdpPeer2022 {
-    fn into_peer(self) -> UdpPeer {
-        UdpPeer::S2022(self)
-    }
+    /// The session's key in the NAT.
+    nat: u64,
 }
 
 /// How to encrypt replies to one client address.

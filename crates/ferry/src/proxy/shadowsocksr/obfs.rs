@@ -9,6 +9,7 @@ use super::util::{
     crc32, hmac_sha1, now_u32, rand_u16, rand_u32, rand_u8, random_bytes, Error, ReplayWindow,
     Result,
 };
+use crate::common::ct;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -687,8 +688,8 @@ impl Tls {
         let f = &b[..end];
         let k = self.k(&shared.client_id);
         if f.len() < 76
-            || hmac_sha1(&k, &[&f[11..33]])[..10] != f[33..43]
-            || hmac_sha1(&k, &[&f[..end - 10]])[..10] != f[end - 10..]
+            || !ct::eq(&hmac_sha1(&k, &[&f[11..33]])[..10], &f[33..43])
+            || !ct::eq(&hmac_sha1(&k, &[&f[..end - 10]])[..10], &f[end - 10..])
         {
             return Err(Error::Obfs);
         }
@@ -768,7 +769,10 @@ impl Tls {
                 return Err(Error::Obfs);
             }
             let sid = &h[39..39 + sid_len];
-            if hmac_sha1(&self.k(sid), &[&random[..22]])[..10] != random[22..] {
+            if !ct::eq(
+                &hmac_sha1(&self.k(sid), &[&random[..22]])[..10],
+                &random[22..],
+            ) {
                 return Err(Error::Obfs);
             }
             let max: i64 = if self.info.param.is_empty() {
@@ -816,7 +820,10 @@ impl Tls {
         if b.len() < vl + 10 {
             return Ok(sendback);
         }
-        if hmac_sha1(&self.k(&self.client_id), &[&b[..vl]])[..10] != b[vl..vl + 10] {
+        if !ct::eq(
+            &hmac_sha1(&self.k(&self.client_id), &[&b[..vl]])[..10],
+            &b[vl..vl + 10],
+        ) {
             return Err(Error::Obfs);
         }
         self.recv.drain(..vl + 10);

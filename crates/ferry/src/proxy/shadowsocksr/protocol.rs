@@ -9,6 +9,7 @@ use super::util::{
     rand_range, rand_u16, rand_u32, rand_u8, random_bytes, sha1, time_diff, Error, ReplayWindow,
     Result, XorShift,
 };
+use crate::common::ct;
 use crate::proxy::User;
 
 /// The protocol plugins Ferry speaks.
@@ -526,7 +527,7 @@ impl AuthSha1V4 {
             &[&self.info.iv[..], &self.info.key].concat(),
             &[&b[..l - 10]],
         );
-        if mac[..10] != b[l - 10..l] {
+        if !ct::eq(&mac[..10], &b[l - 10..l]) {
             return Err(Error::Auth);
         }
         let pos = if b[6] < 255 {
@@ -708,7 +709,7 @@ impl AuthAes128 {
         while self.recv.len() - at > 4 {
             let k = [&uk[..], &self.recv_id.to_le_bytes()].concat();
             let b = &self.recv[at..];
-            if self.mac(&k, &[&b[..2]])[..2] != b[2..4] {
+            if !ct::eq(&self.mac(&k, &[&b[..2]])[..2], &b[2..4]) {
                 return Err(Error::Frame);
             }
             let l = u16::from_le_bytes([b[0], b[1]]) as usize;
@@ -718,7 +719,7 @@ impl AuthAes128 {
             if l > b.len() {
                 break;
             }
-            if self.mac(&k, &[&b[..l - 4]])[..4] != b[l - 4..l] {
+            if !ct::eq(&self.mac(&k, &[&b[..l - 4]])[..4], &b[l - 4..l]) {
                 return Err(Error::Frame);
             }
             self.recv_id = self.recv_id.wrapping_add(1);
@@ -753,14 +754,14 @@ impl AuthAes128 {
             let mac_key = [&self.recv_iv[..], &self.info.key].concat();
             if b.len() >= 2 {
                 let n = b.len().min(7);
-                if self.mac(&mac_key, &[&b[..1]])[..n - 1] != b[1..n] {
+                if !ct::eq(&self.mac(&mac_key, &[&b[..1]])[..n - 1], &b[1..n]) {
                     return Err(Error::Auth);
                 }
             }
             if b.len() < 31 {
                 return Ok(false);
             }
-            if self.mac(&mac_key, &[&b[7..27]])[..4] != b[27..31] {
+            if !ct::eq(&self.mac(&mac_key, &[&b[7..27]])[..4], &b[27..31]) {
                 return Err(Error::Auth);
             }
             let uid = u32::from_le_bytes(crate::common::array(&b[7..11]));
@@ -788,7 +789,7 @@ impl AuthAes128 {
         if b.len() < l {
             return Ok(false);
         }
-        if self.mac(&uk, &[&b[..l - 4]])[..4] != b[l - 4..l] {
+        if !ct::eq(&self.mac(&uk, &[&b[..l - 4]])[..4], &b[l - 4..l]) {
             return Err(Error::Auth);
         }
         let utc = u32::from_le_bytes(crate::common::array(&block[..4]));
@@ -1107,7 +1108,7 @@ impl AuthChain {
             }
             let k = [&self.user_key[..], &self.recv_id.to_le_bytes()].concat();
             let mac = hmac_md5(&k, &[&b[..l + 2]]);
-            if mac[..2] != b[l + 2..l + 4] {
+            if !ct::eq(&mac[..2], &b[l + 2..l + 4]) {
                 return Err(Error::Frame);
             }
             let pos = if n > 0 && r > 0 {

@@ -5,6 +5,7 @@
 use super::cipher::{rc4_new, Crypt, Method};
 use super::protocol::{Kind, SsrUser};
 use super::util::{b64, hmac_md5, hmac_sha1, md5, random_bytes, sha1, Error, Result, XorShift};
+use crate::common::ct;
 
 /// The protocol part of a packet: what a side needs to know.
 pub struct Keys<'a> {
@@ -133,7 +134,7 @@ pub fn server_open(
         let uk = user
             .as_ref()
             .map_or(k.key.to_vec(), |u| h_hash(k.kind, &u.password));
-        if h_mac(k.kind, &uk, &b[..n - 4]) != b[n - 4..] {
+        if !ct::eq(&h_mac(k.kind, &uk, &b[..n - 4]), &b[n - 4..]) {
             return Err(Error::Auth);
         }
         b.truncate(n - 8);
@@ -149,7 +150,7 @@ pub fn server_open(
             ^ u32::from_le_bytes(crate::common::array(&m[..4]));
         let user = pick(uid)?;
         let uk = user.as_ref().map_or(k.key.to_vec(), |u| u.password.clone());
-        if hmac_md5(&uk, &[&b[..n - 1]])[0] != b[n - 1] {
+        if !ct::eq(&hmac_md5(&uk, &[&b[..n - 1]])[..1], &b[n - 1..n]) {
             return Err(Error::Auth);
         }
         let r = chain_pad(&m);
@@ -190,7 +191,7 @@ pub fn client_open(k: &Keys<'_>, login: Option<&(u32, Vec<u8>)>, pkt: &[u8]) -> 
             return Err(Error::Frame);
         }
         let n = b.len();
-        if h_mac(k.kind, k.key, &b[..n - 4]) != b[n - 4..] {
+        if !ct::eq(&h_mac(k.kind, k.key, &b[..n - 4]), &b[n - 4..]) {
             return Err(Error::Auth);
         }
         b.truncate(n - 4);
@@ -200,7 +201,7 @@ pub fn client_open(k: &Keys<'_>, login: Option<&(u32, Vec<u8>)>, pkt: &[u8]) -> 
         }
         let uk = login.map_or(k.key.to_vec(), |l| l.1.clone());
         let n = b.len();
-        if hmac_md5(&uk, &[&b[..n - 1]])[0] != b[n - 1] {
+        if !ct::eq(&hmac_md5(&uk, &[&b[..n - 1]])[..1], &b[n - 1..n]) {
             return Err(Error::Auth);
         }
         let m = hmac_md5(k.key, &[&b[n - 8..n - 1]]);

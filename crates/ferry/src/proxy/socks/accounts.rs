@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 
 use super::Accounts;
+use crate::common::ct;
 use crate::config::reader::{ConfigError, Diagnostics, Obj, Result};
 use crate::proxy::UserManager;
 use crate::registry::CounterSource;
@@ -76,7 +77,7 @@ impl AccountBook {
     pub fn check(&self, name: &str, pass: &[u8]) -> Option<User> {
         let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         let e = map.get(name)?;
-        (e.pass.as_bytes() == pass).then(|| e.user.clone())
+        ct::eq(e.pass.as_bytes(), pass).then(|| e.user.clone())
     }
 }
 

@@ -69,6 +69,16 @@ pub enum Error {
     Refused(u8),
     #[error("message is truncated")]
     Truncated,
+    #[error("a {0}-byte name does not fit (255 at most)")]
+    NameTooLong(usize),
+}
+
+/// A name longer than a SOCKS message can carry is an error, not a shorter name.
+fn fits(dest: &Destination) -> Result<(), Error> {
+    match &dest.addr {
+        crate::common::Address::Domain(d) if d.len() > 255 => Err(Error::NameTooLong(d.len())),
+        _ => Ok(()),
+    }
 }
 
 /// Parser output: `Ok(None)` = need more bytes; `Ok(Some((value, bytes used)))`.
@@ -157,9 +167,11 @@ pub fn udp_header_len(dest: &Destination) -> usize {
 }
 
 /// `RSV(2) FRAG(1) ATYP ADDR PORT` (FRAG = 0).
-pub fn encode_udp_header(dest: &Destination, out: &mut impl BufMut) {
+pub fn encode_udp_header(dest: &Destination, out: &mut impl BufMut) -> Result<(), Error> {
+    fits(dest)?;
     out.put_slice(&[0, 0, 0]);
     addr::socks::encode(dest, out);
+    Ok(())
 }
 
 /// Parses the header of one whole datagram -> (destination, header length). Fragments are
@@ -272,9 +284,11 @@ pub fn encode_userpass(user: &[u8], pass: &[u8], out: &mut impl BufMut) {
 }
 
 /// `05 CMD 00 ATYP ADDR PORT`.
-pub fn encode_request(cmd: u8, dest: &Destination, out: &mut impl BufMut) {
+pub fn encode_request(cmd: u8, dest: &Destination, out: &mut impl BufMut) -> Result<(), Error> {
+    fits(dest)?;
     out.put_slice(&[VER5, cmd, 0]);
     addr::socks::encode(dest, out);
+    Ok(())
 }
 
 /// The server's 2-byte method choice (or RFC 1929 status) -> the second byte.
@@ -391,7 +405,7 @@ mod tests {
     #[test]
     fn udp_vectors() {
         let mut b = BytesMut::new();
-        encode_udp_header(&Destination::parse("8.8.8.8:53").unwrap(), &mut b);
+        encode_udp_header(&Destination::parse("8.8.8.8:53").unwrap(), &mut b).unwrap();
         b.put_u8(b'x');
         assert_eq!(&b[..], &hex("0000 00 01 08080808 0035 78")[..]);
         // Xray TestUDPEncoding.
@@ -404,7 +418,7 @@ mod tests {
         assert_eq!(&v[n..], b"a");
         assert_eq!(udp_header_len(&d), n);
         let mut e = BytesMut::new();
-        encode_udp_header(&d, &mut e);
+        encode_udp_header(&d, &mut e).unwrap();
         assert_eq!(&e[..], &v[..n]);
         assert_eq!(
             parse_udp(&hex("0000 01 01 08080808 0035")),
@@ -447,9 +461,28 @@ mod tests {
         encode_userpass(b"a", b"bc", &mut b);
         assert_eq!(&b[..], &hex("01 01 61 02 6263")[..]);
         let mut b = BytesMut::new();
-        encode_request(CMD_UDP, &Destination::parse("0.0.0.0:0").unwrap(), &mut b);
+        encode_request(CMD_UDP, &Destination::parse("0.0.0.0:0").unwrap(), &mut b).unwrap();
         assert_eq!(&b[..], &hex("05 03 00 01 00000000 0000")[..]);
         assert_eq!(parse_two(&[5, 2], 5), Ok(Some((2, 2))));
         assert_eq!(parse_two(&[1], 1), Ok(None));
+    }
+
+    #[test]
+    fn names_over_255_bytes_are_not_sent() {
+        let long = Destination::new(crate::common::Address::Domain("a".repeat(256)), 80);
+        let mut b = BytesMut::new();
+        assert_eq!(
+            encode_request(CMD_CONNECT, &long, &mut b),
+            Err(Error::NameTooLong(256))
+        );
+        assert_eq!(
+            encode_udp_header(&long, &mut b),
+            Err(Error::NameTooLong(256))
+        );
+        assert!(b.is_empty());
+        let most = Destination::new(crate::common::Address::Domain("a".repeat(255)), 80);
+        encode_request(CMD_CONNECT, &most, &mut b).unwrap();
+        assert_eq!(b.len(), 3 + 1 + 1 + 255 + 2);
+        assert_eq!(complete(parse_request(&b)).unwrap().0.dest, most);
     }
 }

@@ -281,7 +281,10 @@ impl PacketConn for Association {
             return Ok(());
         }
         let mut pkt = Vec::with_capacity(len);
-        codec::encode_udp_header(from, &mut pkt);
+        if let Err(e) = codec::encode_udp_header(from, &mut pkt) {
+            tracing::debug!("socks udp: reply from {from} to {client}: {e}; dropped");
+            return Ok(());
+        }
         pkt.extend_from_slice(data);
         self.sock.send_to(&pkt, client).await.map(|_| ())
     }

@@ -67,7 +67,7 @@ impl SocksOutbound {
             (m, _) => return Err(proto(codec::Error::Method(m))),
         }
         let mut b = BytesMut::with_capacity(6 + 256);
-        codec::encode_request(cmd, dest, &mut b);
+        codec::encode_request(cmd, dest, &mut b).map_err(proto)?;
         r.write_all(&b).await?;
         let bound = read_msg(&mut r, codec::parse_reply, proto).await?;
         Ok((r, bound))
@@ -120,7 +120,7 @@ struct SocksPacketConn {
 impl PacketConn for SocksPacketConn {
     async fn send_to(&self, data: &[u8], dest: &Destination) -> io::Result<()> {
         let mut pkt = Vec::with_capacity(codec::udp_header_len(dest) + data.len());
-        codec::encode_udp_header(dest, &mut pkt);
+        codec::encode_udp_header(dest, &mut pkt).map_err(proto)?;
         pkt.extend_from_slice(data);
         self.sock.send_to(&pkt, &self.relay).await
     }

@@ -11,7 +11,7 @@ use tokio::time::{timeout_at, Instant};
 use super::codec::{self, CMD_UDP};
 use super::outbound::Frames;
 use super::{parse_client, Account};
-use crate::common::Network;
+use crate::common::{ct, Network};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
 use crate::proxy::fallback::{divert, first_read, Fallbacks};
@@ -59,10 +59,7 @@ impl InboundHandler for Inbound {
             return Ok(divert(fbs, r, ctx, "trojan", &"not Trojan"));
         }
         let users = self.users.load();
-        let Some(acct) = users
-            .iter()
-            .find(|a| a.hash[..] == r.buf[..codec::HASH_LEN])
-        else {
+        let Some(acct) = ct::find(&users, |a| &a.hash[..], &r.buf[..codec::HASH_LEN]) else {
             return Ok(divert(fbs, r, ctx, "trojan", &"unknown password"));
         };
         let (req, n) = match timeout_at(deadline, r.read_until(codec::decode_request)).await {

@@ -15,7 +15,7 @@ use super::codec::{self, CMD_MUX, CMD_RVS, CMD_TCP, CMD_UDP};
 use super::outbound::Datagrams;
 use super::vision::{self, VisionStream};
 use super::{parse_client, Account, ClientDefaults, Flow};
-use crate::common::Network;
+use crate::common::{ct, Network};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::config::Diagnostics;
 use crate::proxy::fallback::{divert, first_read, Fallbacks};
@@ -77,7 +77,7 @@ impl InboundHandler for Inbound {
             let mut uuid = [0u8; 16];
             uuid.copy_from_slice(&r.buf[1..17]);
             let key = codec::lookup_key(&uuid);
-            if !self.users.load().iter().any(|a| a.key == key) {
+            if ct::find(&self.users.load(), |a| &a.key, &key).is_none() {
                 return Ok(divert(fbs, r, ctx, "vless", &"unknown user"));
             }
         }
@@ -101,7 +101,7 @@ impl InboundHandler for Inbound {
         };
         let key = codec::lookup_key(&req.uuid);
         let users = self.users.load();
-        let Some(acct) = users.iter().find(|a| a.key == key) else {
+        let Some(acct) = ct::find(&users, |a| &a.key, &key) else {
             let id = crate::common::uuid::format(&req.uuid);
             ctx.reject("vless", "unknown_user", &format_args!("unknown user {id}"));
             return Ok(Accepted::Done);

@@ -8,6 +8,9 @@
 //! one HTTP/2 connection per server ([`GrpcDialer`]).
 
 pub mod gun;
+mod server;
+
+pub use server::GrpcServer;
 
 use std::io;
 use std::pin::Pin;
@@ -18,13 +21,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Buf, Bytes, BytesMut};
 use h2::{RecvStream, SendStream};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::upgrade::DEFAULT_USER_AGENT;
 use super::{BoxStream, Layer, Stream};
 use crate::common::Destination;
-use crate::session::{ConnInfo, Endpoint};
+use crate::session::ConnInfo;
 
 /// The most payload one written message carries: with its 9 bytes of gun header (5 of gRPC,
 /// the field tag, a 3-byte length) a full message is one [`SEND_CHUNK`].
@@ -149,6 +152,8 @@ pub struct GrpcStream {
     wbuf: Bytes,
     server: bool,
     shut: bool,
+    /// Server: holds the connection open while the call lasts.
+    _call: Option<server::Call>,
 }
 
 impl GrpcStream {
@@ -162,6 +167,7 @@ impl GrpcStream {
             wbuf: Bytes::new(),
             server,
             shut: false,
+            _call: None,
         }
     }
 
@@ -503,92 +509,10 @@ async fn keep_alive(mut p: h2::PingPong, idle: Duration, timeout: Duration) {
     }
 }
 
-/// The server side: serves the calls of one HTTP/2 connection.
-pub struct GrpcServer {
-    pub settings: Arc<GrpcSettings>,
-    pub trusted_xff: Arc<[String]>,
-}
-
-impl GrpcServer {
-    /// Serves `stream` (HTTP/2 after TLS, or h2c with prior knowledge) until it ends; each
-    /// call on the Tun or TunMulti path goes to `each` with its connection info.
-    pub async fn serve(
-        &self,
-        stream: BoxStream,
-        info: &ConnInfo,
-        each: &(dyn Fn(BoxStream, ConnInfo) + Send + Sync),
-    ) -> io::Result<()> {
-        let mut conn = h2::server::Builder::new()
-            .max_frame_size(MAX_FRAME)
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONN_WINDOW)
-            .handshake::<_, Bytes>(stream)
-            .await
-            .map_err(h2_err)?;
-        while let Some(r) = conn.accept().await {
-            let (req, mut respond) = r.map_err(h2_err)?;
-            let path = req.uri().path();
-            let grpc = req
-                .headers()
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("application/grpc"));
-            if req.method() != http::Method::POST || !grpc {
-                tracing::info!(
-                    "gRPC: {} {path} from {} refused (not a gRPC call)",
-                    req.method(),
-                    info.source
-                );
-                let r = Response::builder()
-                    .status(StatusCode::UNSUPPORTED_MEDIA_TYPE)
-                    .body(())
-                    .expect("static response");
-                let _ = respond.send_response(r, true);
-                continue;
-            }
-            if path != self.settings.tun && path != self.settings.tun_multi {
-                tracing::info!("gRPC: call to unknown {path} from {}", info.source);
-                // What grpc-go answers: trailers only, UNIMPLEMENTED.
-                let r = Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/grpc")
-                    .header("grpc-status", "12")
-                    .header("grpc-message", format!("unknown service {path}"))
-                    .body(())
-                    .expect("static response");
-                let _ = respond.send_response(r, true);
-                continue;
-            }
-            let mut call_info = info.clone();
-            if let Some(ip) = super::upgrade::forwarded_for_map(req.headers(), &self.trusted_xff) {
-                call_info.source = Endpoint::Ip(std::net::SocketAddr::new(ip, 0));
-            }
-            call_info.path = Some(path.into());
-            let body = req.into_body();
-            let r = Response::builder()
-                .status(StatusCode::OK)
-                .header("content-type", "application/grpc")
-                .body(())
-                .expect("static response");
-            let send = match respond.send_response(r, false) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!("gRPC: {e}");
-                    continue;
-                }
-            };
-            each(
-                Box::new(GrpcStream::new(RecvState::Body(body), send, true)),
-                call_info,
-            );
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::Endpoint;
 
     #[test]
     fn service_paths_as_xray() {

@@ -25,6 +25,10 @@ const MAX_FRAME: usize = 256 * 1024;
 const READ_BUF: usize = 16 * 1024;
 /// Frames at least this long are read straight into the caller's buffer.
 const DIRECT: u64 = 4096;
+/// Control frames (pongs, heartbeat pings) that may wait in the write buffer for a peer that
+/// does not read: past the kernel's socket buffer, 16 KiB is over a hundred unanswered pings.
+/// A peer that sends more pings and reads nothing is closed.
+const MAX_CONTROL_BACKLOG: usize = 16 * 1024;
 
 enum ReadState {
     Header,
@@ -74,6 +78,8 @@ pub struct WsStream {
     early: Bytes,
     wbuf: Vec<u8>,
     wpos: usize,
+    /// Bytes of control frames queued since the write buffer was last empty.
+    control_queued: usize,
     close_sent: bool,
     heartbeat: Option<Pin<Box<tokio::time::Interval>>>,
     handshake: Handshake,
@@ -97,6 +103,7 @@ impl WsStream {
             early,
             wbuf: Vec::new(),
             wpos: 0,
+            control_queued: 0,
             close_sent: false,
             heartbeat: None,
             handshake: Handshake::Done,
@@ -264,7 +271,7 @@ impl WsStream {
                 due = true;
             }
             if due && !self.close_sent {
-                self.queue(frame::PING, &[]);
+                self.queue_control(frame::PING, &[])?;
             }
         }
         match self.poll_drain(cx) {
@@ -273,9 +280,24 @@ impl WsStream {
         }
     }
 
+    /// Queues a control frame, unless the peer leaves too many of them unread.
+    fn queue_control(&mut self, opcode: u8, payload: &[u8]) -> io::Result<()> {
+        if self.wpos == self.wbuf.len() {
+            self.control_queued = 0;
+        }
+        self.control_queued += frame::MAX_HEADER + payload.len();
+        if self.control_queued > MAX_CONTROL_BACKLOG {
+            return Err(io::Error::other(
+                "WebSocket: the peer reads none of the control frames it asks for",
+            ));
+        }
+        self.queue(opcode, payload);
+        Ok(())
+    }
+
     /// Handles a whole control frame at the front of the read buffer (a close frame closes
     /// the read side).
-    fn control(&mut self, h: &Header) {
+    fn control(&mut self, h: &Header) -> io::Result<()> {
         let start = self.rpos + h.size;
         let end = start + h.len as usize;
         let mut payload = [0u8; frame::MAX_CONTROL];
@@ -286,7 +308,7 @@ impl WsStream {
             frame::apply_mask(payload, k, 0);
         }
         match h.opcode {
-            frame::PING if !self.close_sent => self.queue(frame::PONG, payload),
+            frame::PING if !self.close_sent => self.queue_control(frame::PONG, payload)?,
             frame::CLOSE => {
                 if !self.close_sent {
                     // Echo the status code, as RFC 6455 §5.5.1 asks.
@@ -298,6 +320,7 @@ impl WsStream {
             }
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -389,7 +412,7 @@ impl AsyncRead for WsStream {
                         continue;
                     };
                     if h.is_control() {
-                        me.control(&h);
+                        me.control(&h)?;
                         me.flush_control(cx)?;
                         continue;
                     }
@@ -564,5 +587,34 @@ mod tests {
         let mut buf = Vec::new();
         let e = s.read_to_end(&mut buf).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    /// A client that pings without end and reads nothing: the pongs waiting for it are
+    /// capped, then the connection is an error (and the server's buffer stayed small).
+    #[tokio::test]
+    async fn a_peer_that_pings_and_never_reads_is_closed() {
+        let (mut raw, b) = tokio::io::duplex(4096);
+        let mut s = WsStream::new(Box::new(b), false, Vec::new(), Bytes::new());
+        let key = [1, 2, 3, 4];
+        let mut ping = [0u8; frame::MAX_HEADER];
+        let n = frame::encode(frame::PING, 125, Some(key), &mut ping);
+        let mut one = ping[..n].to_vec();
+        one.extend_from_slice(&[0u8; 125]);
+        let pinger = tokio::spawn(async move {
+            for _ in 0..100_000 {
+                if raw.write_all(&one).await.is_err() {
+                    return true;
+                }
+            }
+            false
+        });
+        let mut buf = [0u8; 1024];
+        let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("the server never gave up");
+        assert!(r.is_err(), "{r:?}");
+        assert!(s.wbuf.len() < 2 * MAX_CONTROL_BACKLOG, "{}", s.wbuf.len());
+        drop(s);
+        assert!(pinger.await.unwrap(), "the pinger sent everything");
     }
 }

@@ -14,6 +14,7 @@
 //! each arrives on. The client ([`client::XhttpDialer`]) keeps HTTP/2 connections for reuse
 //! under XMUX's limits. HTTP is hyper's; the XHTTP rules ([`meta`]) are ours, sans-IO.
 
+mod budget;
 pub mod client;
 pub mod meta;
 pub mod obfs;

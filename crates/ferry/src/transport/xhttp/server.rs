@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -23,6 +24,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::budget::Budget;
 use super::meta::{self, Leg};
 use super::obfs::{self, DataPlacement};
 use super::pipe::{pipe, BodyReader, PipeBody, PipeWriter};
@@ -36,19 +38,14 @@ pub const REAP_AFTER: Duration = Duration::from_secs(30);
 /// Bytes of downlink a connection buffers before its writes wait for HTTP.
 const DOWN_BUFFER: usize = 256 * 1024;
 
-/// What all the sessions of one inbound whose GET has not come may hold in packets, together.
-/// Each may hold up to `scMaxBufferedPosts` × `scMaxEachPostBytes` (30 MB at the defaults) for
-/// 30 s, as in Xray, which has no cap across sessions: a client that opens sessions and never
-/// GETs them could hold that many times over. Past this, such a session's packet ends it
-/// (500). A real client's GET comes within a round trip, so its packets are rarely counted.
-pub const UNCLAIMED_BUDGET: usize = 128 << 20;
-
 /// The sessions of one inbound.
 #[derive(Default)]
 struct Sessions {
     map: Mutex<HashMap<String, Arc<Session>>>,
-    /// Bytes queued in sessions whose GET has not come (at most [`UNCLAIMED_BUDGET`]).
-    unclaimed: Arc<AtomicUsize>,
+    /// Bytes queued in sessions whose proxied connection has not answered yet: a session
+    /// counts until then, GET or not (a stranger can GET too, and send every packet but the
+    /// first), by the address that made it. Past the budget, a packet ends its session (500).
+    unanswered: Arc<Budget>,
 }
 
 impl Sessions {
@@ -57,7 +54,7 @@ impl Sessions {
     }
 
     /// The session `id`, made if new (then reaped after [`REAP_AFTER`] unless connected).
-    fn upsert(self: &Arc<Self>, id: &str, max_buffered: usize) -> Arc<Session> {
+    fn upsert(self: &Arc<Self>, id: &str, max_buffered: usize, source: &Endpoint) -> Arc<Session> {
         let mut map = self.lock();
         if let Some(s) = map.get(id) {
             return s.clone();
@@ -66,7 +63,11 @@ impl Sessions {
             up: Mutex::new(Upload::default()),
             connected: AtomicBool::new(false),
             max_buffered,
-            unclaimed: self.unclaimed.clone(),
+            source: match source {
+                Endpoint::Ip(a) => Some(a.ip().to_canonical()),
+                Endpoint::Unix(_) => None,
+            },
+            unanswered: self.unanswered.clone(),
         });
         map.insert(id.to_string(), s.clone());
         let open = map.len();
@@ -120,8 +121,10 @@ struct Upload {
     others: Vec<Waker>,
     /// The stream-up response, waiting for the end.
     end: Option<Waker>,
-    /// Bytes of `heap` counted in the inbound's unclaimed total (queued before the GET).
-    unclaimed: usize,
+    /// Bytes of `heap` counted in the inbound's budget (queued before the answer).
+    counted: usize,
+    /// The proxied connection wrote: bytes queued from now on are not counted.
+    answered: bool,
 }
 
 struct Session {
@@ -129,8 +132,10 @@ struct Session {
     /// The GET came: no reaping.
     connected: AtomicBool,
     max_buffered: usize,
-    /// The inbound's total of bytes queued before a GET ([`Sessions::unclaimed`]).
-    unclaimed: Arc<AtomicUsize>,
+    /// The address that made the session, whose budget its packets count against.
+    source: Option<IpAddr>,
+    /// The inbound's budget ([`Sessions::unanswered`]).
+    unanswered: Arc<Budget>,
 }
 
 impl Session {
@@ -147,21 +152,22 @@ impl Session {
         wake(&mut u);
     }
 
-    /// Takes this session's queued bytes out of the inbound's unclaimed total.
+    /// Takes this session's queued bytes out of the inbound's budget.
     fn release(&self, u: &mut Upload) {
-        self.unclaimed.fetch_sub(u.unclaimed, Ordering::AcqRel);
-        u.unclaimed = 0;
+        self.unanswered.give(self.source, u.counted);
+        u.counted = 0;
     }
 
-    /// The GET came: marks the session connected (false if it was already) and stops
-    /// counting its queued bytes as unclaimed.
+    /// The GET came: marks the session connected (false if it was already).
     fn claim(&self) -> bool {
+        !self.connected.swap(true, Ordering::AcqRel)
+    }
+
+    /// The proxied connection answered (the client authenticated): its packets count no more.
+    fn answered(&self) {
         let mut u = self.lock();
-        if self.connected.swap(true, Ordering::AcqRel) {
-            return false;
-        }
+        u.answered = true;
         self.release(&mut u);
-        true
     }
 
     /// Queues packet `seq`, waiting while the reader is behind. An error ends the session.
@@ -185,15 +191,11 @@ impl Session {
                 return Poll::Pending;
             }
             let d = data.take().unwrap_or_default();
-            if !self.connected.load(Ordering::Acquire) {
-                let total = self.unclaimed.fetch_add(d.len(), Ordering::AcqRel) + d.len();
-                if total > UNCLAIMED_BUDGET {
-                    self.unclaimed.fetch_sub(d.len(), Ordering::AcqRel);
-                    return Poll::Ready(Err(
-                        "the inbound's buffer for sessions without a GET is full",
-                    ));
+            if !u.answered {
+                if let Err(e) = self.unanswered.take(self.source, d.len()) {
+                    return Poll::Ready(Err(e));
                 }
-                u.unclaimed += d.len();
+                u.counted += d.len();
             }
             u.heap.insert(seq, d);
             if let Some(w) = u.reader.take() {
@@ -236,16 +238,21 @@ impl Session {
             };
         }
         let next = u.next;
+        let u = &mut *u;
         if let Some(mut entry) = u.heap.first_entry() {
             if *entry.key() == next {
                 let d = entry.get_mut();
                 let n = d.len().min(out.remaining());
                 out.put_slice(&d[..n]);
                 d.advance(n);
+                // Bytes read are no longer held.
+                let freed = n.min(u.counted);
+                u.counted -= freed;
+                self.unanswered.give(self.source, freed);
                 if d.is_empty() {
                     entry.remove();
                     u.next += 1;
-                    wake_others(&mut u);
+                    wake_others(u);
                 }
                 return Poll::Ready(Ok(()));
             }
@@ -290,6 +297,8 @@ enum Uplink {
 pub struct ServerConn {
     up: Uplink,
     down: PipeWriter,
+    /// It wrote: its session was told.
+    answered: bool,
 }
 
 impl Drop for ServerConn {
@@ -336,7 +345,15 @@ impl AsyncWrite for ServerConn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().down).poll_write(cx, buf)
+        let me = self.get_mut();
+        if !me.answered && !buf.is_empty() {
+            // Every inbound answers only a client that authenticated.
+            me.answered = true;
+            if let Uplink::Session { session, .. } = &me.up {
+                session.answered();
+            }
+        }
+        Pin::new(&mut me.down).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -555,7 +572,9 @@ impl Handler {
             Leg::PacketUp { session, seq } => self.packet(req, &session, seq, h).await,
             Leg::StreamUp { session } => {
                 let has_referer = req.headers().contains_key(http::header::REFERER);
-                let sess = self.sessions.upsert(&session, s.max_buffered_posts);
+                let sess = self
+                    .sessions
+                    .upsert(&session, s.max_buffered_posts, &self.source(&req));
                 if !sess.set_stream(req.into_body()) {
                     tracing::info!(
                         "XHTTP: a second stream-up POST for session {session} from {}",
@@ -585,7 +604,9 @@ impl Handler {
                 r
             }
             Leg::StreamDown { session } => {
-                let sess = self.sessions.upsert(&session, s.max_buffered_posts);
+                let sess = self
+                    .sessions
+                    .upsert(&session, s.max_buffered_posts, &self.source(&req));
                 if !sess.claim() {
                     tracing::info!(
                         "XHTTP: a second GET for session {session} from {}",
@@ -606,6 +627,14 @@ impl Handler {
                 let up = Uplink::Body(BodyReader::new(req.into_body()));
                 self.down(up, info, h)
             }
+        }
+    }
+
+    /// Where a request comes from: the client behind a trusted proxy, else the peer.
+    fn source(&self, req: &Request<Incoming>) -> Endpoint {
+        match upgrade::forwarded_for_map(req.headers(), &self.trusted_xff) {
+            Some(ip) => Endpoint::Ip(std::net::SocketAddr::new(ip, 0)),
+            None => self.info.source.clone(),
         }
     }
 
@@ -631,7 +660,11 @@ impl Handler {
             );
         }
         let (down, body) = pipe(DOWN_BUFFER);
-        let conn = ServerConn { up, down };
+        let conn = ServerConn {
+            up,
+            down,
+            answered: false,
+        };
         if self.tx.send(Box::new((Box::new(conn), info))).is_err() {
             return status(StatusCode::SERVICE_UNAVAILABLE, HeaderMap::new());
         }
@@ -677,9 +710,11 @@ impl Handler {
             );
             return status(StatusCode::PAYLOAD_TOO_LARGE, h);
         }
-        let sess = self
-            .sessions
-            .upsert(session, self.settings.max_buffered_posts);
+        let sess = self.sessions.upsert(
+            session,
+            self.settings.max_buffered_posts,
+            &self.source(&req),
+        );
         let mut body = req.into_body();
         let mut data = bytes::BytesMut::new();
         loop {
