@@ -612,4 +612,8 @@ impl PacketConn for Redirected {
     async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
         self.pc.recv_from(buf).await
     }
+
+    async fn ready(&self) -> io::Result<()> {
+        self.pc.ready().await
+    }
 }

@@ -16,22 +16,24 @@ pub fn debug_vars(stats: &Stats) -> Value {
         let parts: Vec<&str> = name.split(">>>").collect();
         if let [kind, tag, "traffic", dir] = parts.as_slice() {
             let g = groups.entry(kind.to_string()).or_insert_with(|| json!({}));
-            let t = g
+            if let Some(t) = g
                 .as_object_mut()
-                .expect("object")
-                .entry(tag.to_string())
-                .or_insert_with(|| json!({}));
-            t.as_object_mut()
-                .expect("object")
-                .insert(dir.to_string(), json!(v));
+                .map(|g| g.entry(tag.to_string()).or_insert_with(|| json!({})))
+                .and_then(Value::as_object_mut)
+            {
+                t.insert(dir.to_string(), json!(v));
+            }
         }
     }
     let mut rejected: Map<String, Value> = Map::new();
     for (tag, reason, n) in stats.rejects.snapshot() {
-        let t = rejected.entry(tag).or_insert_with(|| json!({}));
-        t.as_object_mut()
-            .expect("object")
-            .insert(reason.to_string(), json!(n));
+        if let Some(t) = rejected
+            .entry(tag)
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+        {
+            t.insert(reason.to_string(), json!(n));
+        }
     }
     json!({
         "cmdline": std::env::args().collect::<Vec<_>>(),

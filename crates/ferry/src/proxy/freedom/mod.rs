@@ -304,6 +304,10 @@ impl PacketConn for FreedomUdp {
         self.sock.send_to(data, addr).await.map(|_| ())
     }
 
+    async fn ready(&self) -> io::Result<()> {
+        self.sock.readable().await
+    }
+
     async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
         loop {
             let (n, from) = self.sock.recv_from(buf).await?;

@@ -263,6 +263,7 @@ pub fn try_users<'a>(
     None
 }
 
+#[allow(clippy::expect_used, reason = "AES-256-GCM takes any 32-byte key")]
 fn aead_sealer(acct: &Account) -> (ChunkSealer, Vec<u8>) {
     let m = acct.method;
     let mut salt = vec![0u8; m.salt_len()];

@@ -92,7 +92,7 @@ pub fn parse(buf: &[u8], from_client: bool) -> Result<Option<Header>, Error> {
             let Some(b) = buf.get(2..10) else {
                 return Ok(None);
             };
-            let len = u64::from_be_bytes(b.try_into().expect("8 bytes"));
+            let len = u64::from_be_bytes(crate::common::array(b));
             if len >> 63 != 0 {
                 return Err(Error::Length);
             }
@@ -148,7 +148,7 @@ pub fn apply_mask(data: &mut [u8], key: [u8; 4], offset: u64) {
     let word = u64::from_ne_bytes([k[0], k[1], k[2], k[3], k[0], k[1], k[2], k[3]]);
     let mut chunks = data.chunks_exact_mut(8);
     for c in &mut chunks {
-        let v = u64::from_ne_bytes((&*c).try_into().expect("8 bytes")) ^ word;
+        let v = u64::from_ne_bytes(crate::common::array(c)) ^ word;
         c.copy_from_slice(&v.to_ne_bytes());
     }
     for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
