@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
+mod limits;
 use common::*;
 
 use std::io::{Read, Write};

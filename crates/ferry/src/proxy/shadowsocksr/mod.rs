@@ -12,6 +12,11 @@
 
 pub mod cipher;
 #[cfg(any(test, feature = "fuzzing"))]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "fuzz harnesses: a broken invariant must panic for the fuzzer to see it"
+)]
 pub mod fuzz;
 pub mod inbound;
 pub mod link;

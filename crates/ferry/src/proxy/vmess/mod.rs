@@ -7,6 +7,11 @@ pub mod drain;
 /// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
 /// targets in `fuzz/`), never in the shipped library.
 #[cfg(any(test, feature = "fuzzing"))]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "fuzz harnesses: a broken invariant must panic for the fuzzer to see it"
+)]
 pub mod fuzz;
 pub mod header;
 pub mod inbound;

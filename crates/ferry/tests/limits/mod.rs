@@ -1,14 +1,12 @@
 //! Bounds a stranger or a replaying observer cannot push past: Shadowsocks 2022 UDP replay
 //! windows that follow the client session rather than its address, and the UDP NAT's caps.
 
-mod common;
-
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use super::common::*;
 use ferry::common::Destination;
 use ferry::proxy::shadowsocks::cipher::Method;
 use ferry::proxy::shadowsocks::udp::{decode_2022, encode_2022, Receiver2022, Sender2022};
