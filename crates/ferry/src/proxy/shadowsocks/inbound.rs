@@ -488,6 +488,31 @@ impl Inbound {
     }
 }
 
+/// The TCP handshake without a dispatcher, for the fuzz targets: the header, the address, the
+/// one-time auth policy, and the stream a session would get; `None` where `accept_tcp` drains.
+#[cfg(any(test, feature = "fuzzing"))]
+impl Inbound {
+    pub(super) async fn handshake_for_fuzz(
+        &self,
+        mut stream: BoxStream,
+    ) -> Option<(Destination, BoxStream)> {
+        let acc = self.handshake(&mut stream).await.ok()?;
+        let mut ss = SsStream::server(stream, acc.parts);
+        let (dest, ota) = match acc.dest {
+            Some(d) => (d, None),
+            None => {
+                let (d, auth) = read_address(&mut ss).await.ok()?;
+                (d, self.check_ota(auth, acc.ota_keys.as_ref()).ok()?)
+            }
+        };
+        let s: BoxStream = match ota {
+            Some(iv) => Box::new(OtaServer::new(ss, &iv)),
+            None => Box::new(ss),
+        };
+        Some((dest, s))
+    }
+}
+
 impl UserManager for Inbound {
     /// Adds `{password, email, level}` (and `method` for a multi-user AEAD inbound): a 2022
     /// inbound with an identity key takes users by their key, an AEAD inbound by key trial;
