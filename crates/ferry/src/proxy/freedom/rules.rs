@@ -85,12 +85,11 @@ fn in_cidr(ip: IpAddr, (net, bits): (IpAddr, u8)) -> bool {
     }
 }
 
-/// Whether `ip` is in Xray's private list.
+/// Whether `ip` is in Xray's private list (parsed once: UDP checks every datagram).
 pub fn is_private(ip: IpAddr) -> bool {
-    PRIVATE
-        .iter()
-        .filter_map(|c| parse_cidr(c))
-        .any(|c| in_cidr(ip, c))
+    static NETS: std::sync::LazyLock<Vec<(IpAddr, u8)>> =
+        std::sync::LazyLock::new(|| PRIVATE.iter().filter_map(|c| parse_cidr(c)).collect());
+    NETS.iter().any(|c| in_cidr(ip, *c))
 }
 
 impl FinalRule {
