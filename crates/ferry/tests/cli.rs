@@ -290,6 +290,29 @@ fn unknown_field_is_only_a_warning() {
     }
 }
 
+/// The API and metrics have no authentication: `ferry test` warns when either listens beyond
+/// loopback (and says nothing when they stay on it).
+#[test]
+fn api_and_metrics_off_loopback_are_warned_about() {
+    let open = r#"{"stats":{},"api":{"tag":"api","listen":"0.0.0.0:10085","services":["StatsService"]},
+            "metrics":{"listen":"[::]:11111"},"outbounds":[{"protocol":"freedom"}]}"#;
+    let (ok, out, err) = check(open);
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains("warning: api.listen: 0.0.0.0:10085 is reachable from other machines"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: metrics.listen: [::]:11111 is reachable from other machines"),
+        "{err}"
+    );
+    let shut = r#"{"stats":{},"api":{"tag":"api","listen":"127.0.0.1:10085","services":["StatsService"]},
+            "metrics":{"listen":"[::1]:11111"},"outbounds":[{"protocol":"freedom"}]}"#;
+    let (ok, out, err) = check(shut);
+    assert!(ok, "{out}{err}");
+    assert!(!err.contains("reachable from other machines"), "{err}");
+}
+
 #[test]
 fn repeated_config_files_merge() {
     let dir = tempdir::Dir::new("cli");
