@@ -94,7 +94,7 @@ fn api_config(api: u16, legacy: u16, extra_inbounds: Vec<Value>) -> String {
                    "system": {"statsInboundUplink": true, "statsInboundDownlink": true,
                               "statsOutboundUplink": true, "statsOutboundDownlink": true}},
         "inbounds": inbounds,
-        "outbounds": [{"tag": "direct", "protocol": "freedom"}],
+        "outbounds": [{"tag": "direct", "protocol": "freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}],
         "routing": {"rules": [{"inboundTag": ["api-in"], "outboundTag": "api"}]}
     })
     .to_string()

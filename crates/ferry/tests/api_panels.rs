@@ -47,7 +47,7 @@ fn setup() -> (u16, serde_json::Value, Proc, Proc) {
                 inbound("s22", ports[8], "shadowsocks", json!({"method": "2022-blake3-aes-128-gcm", "password": SS22_SERVER,
                     "clients": [{"password": "cXFxcXFxcXFxcXFxcXFxcQ==", "email": "first@x"}]})),
             ],
-            "outbounds": [{"tag": "direct", "protocol": "freedom"}],
+            "outbounds": [{"tag": "direct", "protocol": "freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}],
             "routing": {"rules": [{"inboundTag": ["api-in"], "outboundTag": "api"}]}
         })
         .to_string(),
@@ -201,7 +201,7 @@ fn api_through_tls_and_abstract_socket_inbounds() {
                 {"tag": "api-unix", "listen": format!("@{name}"), "protocol": "dokodemo-door",
                  "settings": {"address": "127.0.0.1"}}
             ],
-            "outbounds": [{"protocol": "freedom"}],
+            "outbounds": [{"protocol": "freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}],
             "routing": {"rules": [{"inboundTag": ["api-tls", "api-unix"], "outboundTag": "api"}]}
         })
         .to_string(),

@@ -60,7 +60,7 @@ async fn inbounds_and_outbounds_change_while_connections_live() {
     };
     let inst = Instance::start(config(json!({
         "inbounds": [doko("a", p1)],
-        "outbounds": [{"tag": "out", "protocol": "freedom"}]
+        "outbounds": [{"tag": "out", "protocol": "freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}]
     })))
     .await
     .unwrap();

@@ -14,7 +14,7 @@ fn dokodemo_config(port: u16, target: u16, policy: &str) -> String {
         r#"{{"policy": {{"levels": {{"0": {{{policy}}}}}}},
             "inbounds":[{{"tag":"in","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
             "settings":{{"address":"127.0.0.1","port":{target}}}}}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     )
 }
 
@@ -219,7 +219,7 @@ fn unreachable_target_closes_the_client_and_others_keep_flowing() {
         r#"{{"inbounds":[
             {{"tag":"dead","listen":"127.0.0.1","port":{p1},"protocol":"dokodemo-door","settings":{{"address":"127.0.0.1","port":{dead}}}}},
             {{"tag":"live","listen":"127.0.0.1","port":{p2},"protocol":"dokodemo-door","settings":{{"address":"127.0.0.1","port":{}}}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         echo.port()
     );
     let _f = ferry(&cfg, &[p1, p2]);

@@ -51,7 +51,7 @@ fn config(inbounds: &[String], metrics: u16, extra: &str) -> String {
         r#"{{"log":{{"loglevel":"info"}},"stats":{{}},"metrics":{{"listen":"127.0.0.1:{metrics}"}},
             "policy":{{"system":{{"statsInboundUplink":true,"statsInboundDownlink":true}}}},
             "inbounds":[{}],
-            "outbounds":[{{"tag":"direct","protocol":"freedom"}},{{"tag":"block","protocol":"blackhole"}}]{extra}}}"#,
+            "outbounds":[{{"tag":"direct","protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},{{"tag":"block","protocol":"blackhole"}}]{extra}}}"#,
         inbounds.join(",")
     )
 }
@@ -221,7 +221,7 @@ fn sigterm_lets_a_transfer_in_flight_finish_byte_exact() {
     let echo = echo_server();
     let port = free_port();
     let cfg = format!(
-        r#"{{"inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"inbounds":[{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         tunnel("in", port, echo.port())
     );
     let mut f = spawn_with_config(
@@ -273,7 +273,7 @@ fn xray_ends_on_sighup() {
     let xray = peer("xray");
     let port = free_port();
     let cfg = format!(
-        r#"{{"inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"inbounds":[{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         tunnel("in", port, 9)
     );
     // SIGHUP at its default action in the child: a runner started under nohup passes it on

@@ -66,7 +66,7 @@ fn config(port: u16, mport: u16, to: u16) -> String {
             "metrics":{{"tag":"metrics","listen":"127.0.0.1:{mport}"}},
             "inbounds":[{{"tag":"in","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
                 "settings":{{"address":"127.0.0.1","port":{to}}}}}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     )
 }
 
@@ -157,7 +157,7 @@ fn socks_and_http_password_users_have_counters() {
                 "settings":{{"auth":"password","userLevel":1,"accounts":[{{"user":"sam","pass":"pw"}}]}}}},
               {{"listen":"127.0.0.1","port":{hport},"protocol":"http",
                 "settings":{{"userLevel":1,"accounts":[{{"user":"hal","pass":"pw"}}]}}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     let f = ferry(&cfg, &[sport, hport, mport]);
     let data = pattern(300_000, 5);
