@@ -163,11 +163,11 @@ fn round_robin_alternates_and_balancer_errors_name_the_path() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_ferry"));
     for (cfg, want) in [
         (
-            r#"{"outbounds":[{"protocol":"freedom","tag":"p"}],"routing":{"rules":[{"port":1,"balancerTag":"nope"}]}}"#,
+            r#"{"outbounds":[{"protocol":"freedom","tag":"p","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}],"routing":{"rules":[{"port":1,"balancerTag":"nope"}]}}"#,
             "routing.rules[0].balancerTag",
         ),
         (
-            r#"{"outbounds":[{"protocol":"freedom","tag":"p"}],"routing":{"rules":[{"port":1,"balancerTag":"b"}],
+            r#"{"outbounds":[{"protocol":"freedom","tag":"p","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}],"routing":{"rules":[{"port":1,"balancerTag":"b"}],
                "balancers":[{"tag":"b","selector":["p"],"strategy":{"type":"leastPing"}}]}}"#,
             "routing.balancers[0]",
         ),

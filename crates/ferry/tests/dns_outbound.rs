@@ -124,7 +124,7 @@ fn config(port: u16, dns: u16, outbound_settings: &str) -> String {
   "dns": {{"servers": [{{"address": "127.0.0.1", "port": {dns}}}], "hosts": {{"hosts.test": "10.9.9.9", "gone.test": "#3"}}}},
   "inbounds": [{{"tag": "dns-in", "listen": "127.0.0.1", "port": {port}, "protocol": "dokodemo-door",
                  "settings": {{"address": "127.0.0.1", "port": {dns}, "network": "tcp,udp"}}}}],
-  "outbounds": [{{"protocol": "freedom", "tag": "direct"}},
+  "outbounds": [{{"protocol": "freedom", "tag": "direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},
                 {{"protocol": "dns", "tag": "DNS-Internal", "settings": {outbound_settings}}}],
   "routing": {{"rules": [{{"type": "field", "inboundTag": ["dns-in"], "outboundTag": "DNS-Internal"}}]}}
 }}"##

@@ -90,7 +90,7 @@ fn config(port: u16, home: u16, far: u16, dns: &str, rules: &str) -> String {
   "dns": {dns},
   "inbounds": [{{"tag": "dns-in", "listen": "127.0.0.1", "port": {port}, "protocol": "dokodemo-door",
                  "settings": {{"address": "127.0.0.1", "port": {home}, "network": "tcp,udp"}}}}],
-  "outbounds": [{{"protocol": "freedom", "tag": "direct"}},
+  "outbounds": [{{"protocol": "freedom", "tag": "direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},
                 {{"protocol": "dns", "tag": "dns-out"}},
                 {{"protocol": "freedom", "tag": "detour", "settings": {{"redirect": "127.0.0.1:{far}"}}}},
                 {{"protocol": "blackhole", "tag": "block"}}],

@@ -14,7 +14,7 @@ fn tcp_one_megabyte_byte_exact() {
     let cfg = format!(
         r#"{{"inbounds":[{{"tag":"in","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
             "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         echo.port()
     );
     let _f = ferry(&cfg, &[port]);
@@ -32,7 +32,7 @@ fn udp_round_trip() {
         r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
               "settings":{{"address":"127.0.0.1","port":{},"network":"udp"}}}},
             {{"listen":"127.0.0.1","port":{tcp_port},"protocol":"tunnel","settings":{{"address":"127.0.0.1","port":9}}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         echo.port()
     );
     let _f = ferry(&cfg, &[tcp_port]);

@@ -78,7 +78,7 @@ fn missing_tag_and_file_are_config_errors() {
     let bin = Path::new(env!("CARGO_BIN_EXE_ferry"));
     let run = |rules: &str| {
         let cfg = format!(
-            r#"{{"outbounds":[{{"protocol":"freedom","tag":"d"}}],"routing":{{"rules":[{rules}]}}}}"#
+            r#"{{"outbounds":[{{"protocol":"freedom","tag":"d","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}],"routing":{{"rules":[{rules}]}}}}"#
         );
         let mut p = spawn_env(
             bin,
@@ -149,7 +149,7 @@ fn sniffed_tls_and_http_route_and_reach_the_server_byte_exact() {
     let route_only = r#","sniffing":{"enabled":true,"destOverride":["tls"],"routeOnly":true}"#;
     let cfg = format!(
         r#"{{"inbounds":[{},{}],
-            "outbounds":[{},{},{},{{"tag":"direct","protocol":"freedom"}}],
+            "outbounds":[{},{},{},{{"tag":"direct","protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}],
             "routing":{{"rules":[
               {{"inboundTag":["ro"],"domain":["geosite:google"],"outboundTag":"direct"}},
               {{"domain":["geosite:google"],"protocol":["tls"],"outboundTag":"tls"}},
@@ -206,7 +206,7 @@ fn sniffing_domains_excluded_keeps_the_asked_destination() {
                            "geosite:google"]}"#;
     let cfg = format!(
         r#"{{"inbounds":[{},{}],
-            "outbounds":[{{"tag":"direct","protocol":"freedom"}},{},{}],
+            "outbounds":[{{"tag":"direct","protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},{},{}],
             "routing":{{"rules":[
               {{"inboundTag":["proto-in"],"protocol":["tls"],"outboundTag":"proto"}},
               {{"domain":["domain:example.com","domain:google.com"],"outboundTag":"named"}}
@@ -271,7 +271,7 @@ fn sniffed_quic_routes_a_socks_udp_session() {
     let port = free_port();
     let cfg = format!(
         r#"{{"inbounds":[{}],
-            "outbounds":[{{"tag":"a","protocol":"freedom"}},
+            "outbounds":[{{"tag":"a","protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},
                          {{"tag":"b","protocol":"freedom","settings":{{"redirect":"{}"}}}}],
             "routing":{{"rules":[{{"domain":["full:quic.example"],"protocol":["quic"],"outboundTag":"b"}}]}}}}"#,
         socks_in(
@@ -316,7 +316,7 @@ fn sniffed_quic_routes_a_dokodemo_udp_session() {
         r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
               "settings":{{"address":"{}","port":{},"network":"udp"}},
               "sniffing":{{"enabled":true,"destOverride":["quic"]}}}}],
-            "outbounds":[{{"tag":"a","protocol":"freedom"}},
+            "outbounds":[{{"tag":"a","protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},
                          {{"tag":"b","protocol":"freedom","settings":{{"redirect":"{}"}}}}],
             "routing":{{"rules":[{{"domain":["full:quic.example"],"protocol":["quic"],"outboundTag":"b"}}]}}}}"#,
         a.addr.ip(),

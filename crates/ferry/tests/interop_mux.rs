@@ -86,7 +86,9 @@ fn freedom(side: Side) -> &'static str {
         Side::Xray => {
             r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#
         }
-        Side::Ferry => r#"{"tag":"direct","protocol":"freedom"}"#,
+        Side::Ferry => {
+            r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#
+        }
     }
 }
 

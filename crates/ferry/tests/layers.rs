@@ -98,7 +98,7 @@ fn socks_and_dokodemo_on_path_abstract_and_padded_unix_sockets() {
         r#"{{"tag":"tcp","listen":"127.0.0.1","port":{tcp},"protocol":"socks"}}"#
     ));
     let cfg = format!(
-        r#"{{"inbounds":[{}],"outbounds":[{{"protocol":"freedom"}}]}}"#,
+        r#"{{"inbounds":[{}],"outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         inbounds.join(",")
     );
     let f = ferry(&cfg, &[tcp]);
@@ -133,7 +133,7 @@ fn socks_outbound_dials_through_vmess_outbound() {
             "inbounds":[{{"tag":"vin","listen":"127.0.0.1","port":{vport},"protocol":"vmess",
                 "settings":{{"clients":[{{"id":"{id}"}}]}}}},
               {{"tag":"sin","listen":"127.0.0.1","port":{sport},"protocol":"socks"}}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         access.display()
     );
     let _s = ferry(&server, &[vport, sport]);
@@ -225,7 +225,7 @@ fn the_first_of_several_untagged_outbounds_is_the_default() {
     let cfg = format!(
         r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
               "settings":{{"address":"127.0.0.1","port":{}}}}}],
-            "outbounds":[{{"protocol":"freedom"}},{{"protocol":"blackhole"}}]}}"#,
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},{{"protocol":"blackhole"}}]}}"#,
         echo.port()
     );
     let _f = ferry(&cfg, &[port]);
@@ -269,7 +269,7 @@ fn freedom_send_through_binds_the_source_address() {
                 "settings":{{"address":"127.0.0.1","port":{sp}}}}},
               {{"tag":"b","listen":"127.0.0.1","port":{p2},"protocol":"dokodemo-door",
                 "settings":{{"address":"127.0.0.1","port":{sp}}}}}],
-            "outbounds":[{{"protocol":"freedom","tag":"plain"}},
+            "outbounds":[{{"protocol":"freedom","tag":"plain","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},
               {{"protocol":"freedom","tag":"via2","sendThrough":"127.0.0.2"}}],
             "routing":{{"rules":[{{"inboundTag":["b"],"outboundTag":"via2"}}]}}}}"#,
         sp = srv.port()

@@ -150,7 +150,7 @@ fn marzban_single_port_default() {
   "routing": {{"rules": []}},
   "inbounds": [{{"tag": "Shadowsocks TCP", "listen": "127.0.0.1", "port": {port},
                  "protocol": "shadowsocks", "settings": {{"clients": [], "network": "tcp,udp"}}}}],
-  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}]
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "BLOCK"}}]
 }}"#
     );
     both_accept("marzban", &cfg);
@@ -180,7 +180,7 @@ fn metrics_through_a_routed_inbound() {
   "metrics": {{"tag": "metrics_out"}},
   "inbounds": [{{"tag": "metrics_in", "listen": "127.0.0.1", "port": {port}, "protocol": "tunnel",
                  "settings": {{"rewriteAddress": "127.0.0.1", "rewritePort": 11111}}}}],
-  "outbounds": [{{"protocol": "freedom", "tag": "direct"}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}],
   "routing": {{"rules": [{{"inboundTag": ["metrics_in"], "outboundTag": "metrics_out"}}]}}
 }}"#
     );
@@ -209,7 +209,7 @@ fn marzban_as_it_starts_the_core() {
     {{"tag": "Shadowsocks TCP", "listen": "127.0.0.1", "port": {port}, "protocol": "shadowsocks",
       "settings": {{"clients": [{{"method": "chacha20-ietf-poly1305", "password": "p1", "email": "1.alice"}}],
                     "network": "tcp,udp"}}}}],
-  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
   "api": {{"services": ["HandlerService", "StatsService", "LoggerService"], "tag": "API"}},
   "stats": {{}},
   "policy": {{
@@ -268,7 +268,7 @@ fn marzban_fallback_variant() {
     {{"listen": "127.0.0.1", "port": {ss}, "protocol": "shadowsocks", "settings": {{"clients": []}},
       "network": "tcp,udp", "tag": "SHADOWSOCKS_INBOUND"}}
   ],
-  "outbounds": [{{"protocol": "freedom", "settings": {{}}}}, {{"protocol": "blackhole", "tag": "blackhole"}},
+  "outbounds": [{{"protocol": "freedom", "settings": {{"finalRules": [{{"action": "allow", "ip": ["127.0.0.0/8", "::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "blackhole"}},
                 {{"protocol": "dns", "tag": "DNS-Internal"}}],
   "routing": {{"domainStrategy": "IPIfNonMatch", "rules": [
     {{"type": "field", "outboundTag": "blackhole", "ip": ["geoip:private"]}},
@@ -575,7 +575,7 @@ fn three_x_ui_grpc_and_trojan_reality() {
         "tcpSettings": {{"acceptProxyProtocol": false, "header": {{"type": "none"}}}},
         {}}}, {sniffing}}}
   ],
-  "outbounds": [{{"protocol": "freedom", "tag": "direct", "settings": {{"domainStrategy": "AsIs"}}}},
+  "outbounds": [{{"protocol": "freedom", "tag": "direct", "settings": {{"domainStrategy": "AsIs", "finalRules": [{{"action": "allow", "ip": ["127.0.0.0/8", "::1"]}}]}}}},
                 {{"protocol": "blackhole", "settings": {{}}, "tag": "blocked"}}]
 }}"#,
         reality(r#""4e1c", "c0ffee""#),
@@ -642,7 +642,7 @@ fn marzban_vless_reality() {
       "settings": {{"clients": [{{"email": "1.alice", "id": "{ID}"}}], "decryption": "none"}},
       "streamSettings": {{"network": "grpc", "grpcSettings": {{"serviceName": "xyz"}}, {}}}, {sniffing}}}
   ],
-  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
   "api": {{"services": ["HandlerService", "StatsService", "LoggerService"], "tag": "API"}},
   "stats": {{}},
   "policy": {{
@@ -708,7 +708,7 @@ fn remnawave_vless_reality() {
         "realitySettings": {{"target": "127.0.0.1:{site}", "show": false, "xver": 0,
           "shortIds": [""], "privateKey": "{PRIVATE}", "serverNames": ["{SNI}"]}}}}}}
   ],
-  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
   "routing": {{"rules": [{{"inboundTag": ["REMNAWAVE_API_INBOUND"], "outboundTag": "REMNAWAVE_API"}}]}},
   "stats": {{}},
   "api": {{"services": ["HandlerService", "StatsService", "RoutingService"], "tag": "REMNAWAVE_API"}},
@@ -829,7 +829,7 @@ fn hiddify_vless_reality() {
   }},
   "stats": {{}},
   "inbounds": [{}, {}],
-  "outbounds": [{{"tag": "freedom", "protocol": "freedom", "settings": {{}}}},
+  "outbounds": [{{"tag": "freedom", "protocol": "freedom", "settings": {{"finalRules": [{{"action": "allow", "ip": ["127.0.0.0/8", "::1"]}}]}}}},
                 {{"protocol": "blackhole", "tag": "blackhole"}}]
 }}"#,
         inbound("tcp", tcp, "xtls-rprx-vision", ""),
@@ -1111,7 +1111,7 @@ fn three_x_ui_v2_xhttp_every_field() {
     {}, {}
   ],
   "outbounds": [
-    {{"tag": "direct", "protocol": "freedom", "settings": {{"domainStrategy": "AsIs", "redirect": "", "noises": []}}}},
+    {{"tag": "direct", "protocol": "freedom", "settings": {{"domainStrategy": "AsIs", "redirect": "", "noises": [], "finalRules": [{{"action": "allow", "ip": ["127.0.0.0/8", "::1"]}}]}}}},
     {{"tag": "blocked", "protocol": "blackhole", "settings": {{}}}}
   ],
   "policy": {{
@@ -1204,7 +1204,7 @@ fn marzban_vless_xhttp() {
       "settings": {{"address": "127.0.0.1"}}, "tag": "API_INBOUND"}},
     {}, {}, {}
   ],
-  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
   "api": {{"services": ["HandlerService", "StatsService", "LoggerService"], "tag": "API"}},
   "stats": {{}},
   "policy": {{
@@ -1284,7 +1284,7 @@ fn marzban_splithttp() {
       "settings": {{"clients": [{{"email": "1.alice", "id": "{ID}"}}], "decryption": "none"}},
       "streamSettings": {{"network": "splithttp", {splithttp}}}, {sniffing}}}
   ],
-  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}]
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "BLOCK"}}]
 }}"#,
         marzban_tls(&cert),
     );
@@ -1416,7 +1416,7 @@ fn hiddify_xhttp() {
         {tail}}},
     {}, {}, {}
   ],
-  "outbounds": [{{"tag": "freedom", "protocol": "freedom", "settings": {{}}}},
+  "outbounds": [{{"tag": "freedom", "protocol": "freedom", "settings": {{"finalRules": [{{"action": "allow", "ip": ["127.0.0.0/8", "::1"]}}]}}}},
                 {{"protocol": "blackhole", "tag": "blackhole"}}]
 }}"#,
         path("vless"),
@@ -1525,7 +1525,7 @@ fn remnawave_vless_xhttp_reality() {
         "realitySettings": {{"target": "127.0.0.1:{site}", "show": false, "xver": 0,
           "shortIds": [""], "privateKey": "{PRIVATE}", "serverNames": ["{SNI}"]}}}}}}
   ],
-  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT"}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
+  "outbounds": [{{"protocol": "freedom", "tag": "DIRECT","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}, {{"protocol": "blackhole", "tag": "BLOCK"}}],
   "routing": {{"rules": [{{"inboundTag": ["REMNAWAVE_API_INBOUND"], "outboundTag": "REMNAWAVE_API"}}]}},
   "stats": {{}},
   "api": {{"services": ["HandlerService", "StatsService", "RoutingService"], "tag": "REMNAWAVE_API"}},

@@ -38,7 +38,7 @@ fn inbound_tag_picks_blackhole_or_freedom() {
     let (pa, pb, ph) = (free_port(), free_port(), free_port());
     let cfg = format!(
         r#"{{"inbounds":[{},{},{}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}},
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},
                          {{"protocol":"blackhole","tag":"block"}},
                          {{"protocol":"blackhole","tag":"block-http","settings":{{"response":{{"type":"http"}}}}}}],
             "routing":{{"rules":[
@@ -73,7 +73,7 @@ fn domain_ip_and_port_rules_and_domain_strategy() {
     // Default outbound is the blackhole; rules must pick "direct".
     let cfg = format!(
         r#"{{"inbounds":[{},{},{},{}],
-            "outbounds":[{{"protocol":"blackhole","tag":"block"}},{{"protocol":"freedom","tag":"direct"}}],
+            "outbounds":[{{"protocol":"blackhole","tag":"block"}},{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}],
             "routing":{{"domainStrategy":"IPIfNonMatch","rules":[
                 {{"domain":["full:localhost"],"port":"{}","outboundTag":"direct"}},
                 {{"ip":["127.0.0.0/8"],"port":"{}","outboundTag":"direct"}}]}}}}"#,
@@ -111,7 +111,7 @@ fn network_rule_splits_udp_from_tcp() {
                 "settings":{{"address":"127.0.0.1","port":{},"network":"udp"}}}},
               {{"tag":"t","listen":"127.0.0.1","port":{pt},"protocol":"dokodemo-door",
                 "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}},{{"protocol":"blackhole","tag":"block"}}],
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}},{{"protocol":"blackhole","tag":"block"}}],
             "routing":{{"rules":[{{"network":"udp","inboundTag":["u"],"outboundTag":"block"}}]}}}}"#,
         uecho.port(),
         uecho.port(),

@@ -16,7 +16,7 @@ fn socks_server(port: u16, settings: &str, extra: &str) -> String {
     format!(
         r#"{{"inbounds":[{{"tag":"socks-in","listen":"127.0.0.1","port":{port},"protocol":"socks",
             "settings":{settings}}}],
-            "outbounds":[{{"protocol":"freedom","tag":"direct"}}]{extra}}}"#
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]{extra}}}"#
     )
 }
 
@@ -156,7 +156,7 @@ fn http_server(port: u16, settings: &str) -> String {
     format!(
         r#"{{"inbounds":[{{"tag":"http-in","listen":"127.0.0.1","port":{port},"protocol":"http",
             "settings":{settings}}}],
-            "outbounds":[{{"protocol":"freedom"}}]}}"#
+            "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     )
 }
 

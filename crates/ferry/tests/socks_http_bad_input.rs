@@ -53,7 +53,7 @@ fn config(socks: u16, http: u16) -> String {
             {{"tag":"socks","listen":"127.0.0.1","port":{socks},"protocol":"socks",
               "settings":{{"auth":"password","accounts":[{{"user":"u","pass":"p"}}],"udp":true}}}},
             {{"tag":"http","listen":"127.0.0.1","port":{http},"protocol":"http","settings":{{}}}}],
-          "outbounds":[{{"protocol":"freedom"}}]}}"#
+          "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     )
 }
 

@@ -34,7 +34,7 @@ fn curl_through_socks5_socks4a_and_http() {
             {{"listen":"127.0.0.1","port":{socks},"protocol":"socks","settings":{{"auth":"noauth"}}}},
             {{"listen":"127.0.0.1","port":{http},"protocol":"http",
               "settings":{{"accounts":[{{"user":"user","pass":"pass"}}]}}}}],
-          "outbounds":[{{"protocol":"freedom"}}]}}"#
+          "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     let f = ferry(&cfg, &[socks, http]);
     let url = format!("http://{}/hello?a=b", origin.addr);
@@ -94,7 +94,7 @@ fn xray_socks_outbound_through_ferry_socks_inbound() {
         &format!(
             r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{fport},"protocol":"socks",
                 "settings":{{"auth":"password","accounts":[{{"user":"u","pass":"p"}}],"udp":true,"ip":"127.0.0.1"}}}}],
-              "outbounds":[{{"protocol":"freedom"}}]}}"#
+              "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[fport],
     );
@@ -161,7 +161,7 @@ fn xray_http_outbound_through_ferry_http_inbound() {
         &format!(
             r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{fport},"protocol":"http",
                 "settings":{{"accounts":[{{"user":"u","pass":"p"}}]}}}}],
-              "outbounds":[{{"protocol":"freedom"}}]}}"#
+              "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
         ),
         &[fport],
     );

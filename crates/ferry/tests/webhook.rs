@@ -74,7 +74,7 @@ fn post_of(bin: &std::path::Path, name: &str) -> Post {
         r#"{{"log":{{"loglevel":"debug"}},
   "inbounds":[{{"tag":"in-tag","listen":"127.0.0.1","port":{port},"protocol":"tunnel",
                 "settings":{{"address":"127.0.0.1","port":{},"network":"tcp"}}}}],
-  "outbounds":[{{"tag":"first","protocol":"blackhole"}},{{"tag":"out-tag","protocol":"freedom"}}],
+  "outbounds":[{{"tag":"first","protocol":"blackhole"}},{{"tag":"out-tag","protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}],
   "routing":{{"rules":[{{"type":"field","inboundTag":["in-tag"],"outboundTag":"out-tag",
     "webhook":{{"url":"{}:/hook?token=t1","deduplication":5,"headers":{{"X-Token":"abc"}}}}}}]}}}}"#,
         echo.port(),

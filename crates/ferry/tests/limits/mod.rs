@@ -42,7 +42,7 @@ fn ss2022_server(port: u16) -> Proc {
         r#"{{"log":{{"loglevel":"info"}},
         "inbounds":[{{"tag":"ss","listen":"127.0.0.1","port":{port},"protocol":"shadowsocks",
           "settings":{{"method":"2022-blake3-aes-128-gcm","password":"{PSK16}","network":"tcp,udp"}}}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     ferry(&cfg, &[port])
 }
@@ -165,7 +165,7 @@ fn udp_forwarder(port: u16, target: SocketAddr) -> Proc {
         "inbounds":[{{"tag":"flood","listen":"127.0.0.1","port":{port},"protocol":"dokodemo-door",
               "settings":{{"address":"127.0.0.1","port":{},"network":"udp"}}}},
             {{"listen":"127.0.0.1","port":{tcp_port},"protocol":"tunnel","settings":{{"address":"127.0.0.1","port":9}}}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#,
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#,
         target.port()
     );
     ferry(&cfg, &[tcp_port])
@@ -341,7 +341,7 @@ fn xhttp_unanswered_sessions_are_budgeted_per_address() {
         "inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"vless",
           "settings":{{"clients":[{{"id":"4c4f7e2a-7d7b-4b43-9d0f-6f1d8b3c2a10"}}],"decryption":"none"}},
           "streamSettings":{{"network":"xhttp","xhttpSettings":{{"path":"/xh"}}}}}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     let f = ferry(&cfg, &[port]);
     let body = vec![7u8; 1_000_000];
@@ -380,7 +380,7 @@ fn http_connect_to_a_name_over_255_bytes_is_refused() {
     let port = free_port();
     let cfg = format!(
         r#"{{"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"http"}}],
-        "outbounds":[{{"protocol":"freedom"}}]}}"#
+        "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8","::1"]}}]}}}}]}}"#
     );
     let f = ferry(&cfg, &[port]);
     let name = "a".repeat(256);
