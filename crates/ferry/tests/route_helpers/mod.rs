@@ -152,10 +152,12 @@ pub fn udp_sink(name: &str) -> UdpSink {
     }
 }
 
-/// A freedom outbound that sends everything to `port` (whatever the destination).
+/// A freedom outbound that sends everything to `port` (whatever the destination); its
+/// `finalRules` allow the loopback sink, as a proxy user's session needs.
 pub fn to_sink(tag: &str, port: u16) -> String {
     format!(
-        r#"{{"tag":"{tag}","protocol":"freedom","settings":{{"redirect":"127.0.0.1:{port}"}}}}"#
+        r#"{{"tag":"{tag}","protocol":"freedom","settings":{{"redirect":"127.0.0.1:{port}",
+            "finalRules":[{{"action":"allow","ip":["127.0.0.0/8"]}}]}}}}"#
     )
 }
 
