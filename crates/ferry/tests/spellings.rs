@@ -255,7 +255,7 @@ fn users_alias_on_vless_and_trojan_inbounds() {
         };
         let server = format!(
             r#"{{"log":{{"loglevel":"info"}},"inbounds":[{{"listen":"127.0.0.1","port":{port},"protocol":"{proto}","settings":{{{users}}}}}],
-                "outbounds":[{{"protocol":"freedom"}}]}}"#
+                "outbounds":[{{"protocol":"freedom","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8"]}}]}}}}]}}"#
         );
         let f = ferry(&server, &[port]);
         let entry = free_port();
