@@ -78,7 +78,8 @@ fn configs(tb: &Testbed, p: Proxy) -> (String, String) {
                 r#"{{"log": {{"loglevel": "warning"}},
                    "inbounds": [{{"listen": "{c}", "port": {SERVER}, "protocol": "shadowsocks",
                      "settings": {{"method": "chacha20-ietf-poly1305", "password": "lab", "network": "tcp"}}}}],
-                   "outbounds": [{{"protocol": "freedom"}}]}}"#
+                   "outbounds": [{{"protocol": "freedom",
+                     "settings": {{"finalRules": [{{"action": "allow", "ip": ["{d}"]}}]}}}}]}}"#
             ),
         ),
     }
