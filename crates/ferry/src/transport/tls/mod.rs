@@ -52,22 +52,11 @@ pub trait OuterTls: Send {
 pub fn provider() -> Arc<CryptoProvider> {
     static P: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     P.get_or_init(|| {
-        use rustls::crypto::aws_lc_rs::cipher_suite as cs;
         // AES-128-GCM first, as Go orders them on AES hardware: as strong in practice and a
         // third cheaper than AES-256. A server follows the client's order, so a client that
         // prefers ChaCha20 (no AES hardware) still gets it.
         let mut p = rustls::crypto::aws_lc_rs::default_provider();
-        p.cipher_suites = vec![
-            cs::TLS13_AES_128_GCM_SHA256,
-            cs::TLS13_AES_256_GCM_SHA384,
-            cs::TLS13_CHACHA20_POLY1305_SHA256,
-            cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-            cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-            cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-            cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-            cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-            cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-        ];
+        p.cipher_suites = suites::aes_first();
         Arc::new(p)
     })
     .clone()

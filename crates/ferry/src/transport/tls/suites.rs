@@ -12,7 +12,7 @@ use rustls::SupportedCipherSuite;
 
 /// Go's order on AES-GCM hardware (crypto/tls `cipherSuitesPreferenceOrder` and
 /// `defaultCipherSuitesTLS13`), the suites Ferry implements.
-fn aes_first() -> Vec<SupportedCipherSuite> {
+pub(super) fn aes_first() -> Vec<SupportedCipherSuite> {
     vec![
         cs::TLS13_AES_128_GCM_SHA256,
         cs::TLS13_AES_256_GCM_SHA384,
