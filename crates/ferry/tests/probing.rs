@@ -1110,3 +1110,65 @@ fn vmess_bursts_close_as_xray() {
         );
     }
 }
+
+/// When a fallback ends, Xray holds a raw TCP client `uplinkOnly` (1 s) with no FIN, then
+/// closes it (its writer on a raw socket cannot close; over TLS it closes at once, see
+/// `probing_tls`): Ferry's VLESS and Trojan fallbacks hold the client the same.
+#[test]
+fn a_raw_fallback_s_client_is_held_uplink_only_as_xray() {
+    let target = probing_tls::answer_and_close();
+    for (name, settings) in [
+        (
+            "vless",
+            format!(r#"{{"clients":[{{"id":"{UUID}"}}],"decryption":"none""#),
+        ),
+        (
+            "trojan",
+            format!(r#"{{"clients":[{{"password":"{PASSWORD}"}}]"#),
+        ),
+    ] {
+        let inbound = format!(
+            r#""protocol":"{name}","settings":{settings},"fallbacks":[{{"dest":{target}}}]}}"#
+        );
+        let (port, mport, xport) = (free_port(), free_port(), free_port());
+        let fe = ferry_server(port, mport, &inbound);
+        let _xr = xray_server(xport, &inbound);
+        let mut held = Vec::new();
+        for (who, p) in [("ferry", port), ("xray", xport)] {
+            let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: probe.test\r\n\r\n")
+                .unwrap();
+            s.set_read_timeout(Some(WATCH)).unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            let mut first = None;
+            let end = loop {
+                match s.read(&mut buf) {
+                    Ok(0) => break "fin",
+                    Ok(n) => {
+                        first.get_or_insert_with(Instant::now);
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    Err(e) if e.kind() == ErrorKind::ConnectionReset => break "rst",
+                    Err(e) => panic!("{name} {who}: {e} after {got:?}\n{}", fe.output()),
+                }
+            };
+            assert!(
+                got.starts_with(b"HTTP/1.1 400"),
+                "{name} {who}: {got:?}\n{}",
+                fe.output()
+            );
+            let open = first.unwrap().elapsed();
+            eprintln!("{name} {who}: {end} {open:?} after the fallback's answer");
+            held.push((end, open));
+        }
+        for (who, (end, open)) in ["ferry", "xray"].iter().zip(&held) {
+            assert!(
+                *end == "fin"
+                    && *open >= Duration::from_millis(800)
+                    && *open < Duration::from_millis(1800),
+                "{name} {who}: {held:?}"
+            );
+        }
+    }
+}

@@ -93,6 +93,21 @@ impl Dispatcher {
     /// Picks the outbound for a session (awaits only when the domain strategy resolves).
     /// The flag tells whether a routing rule chose it (`false`: the default outbound).
     pub async fn pick(&self, s: &Session) -> io::Result<(Arc<OutboundEntry>, bool)> {
+        // No proxy protocol carries a longer name (one length byte), and no resolver takes
+        // one: refused here, as Xray's address writer refuses it, rather than cut short by an
+        // outbound's encoder (a sniffed SNI or Host, a dokodemo address can be longer).
+        if let Some(d) = s.dest.addr.domain().filter(|d| d.len() > 255) {
+            tracing::info!(
+                "[{}] connection from {}: destination name of {} bytes is too long (255 at most)",
+                s.inbound_tag,
+                s.source,
+                d.len()
+            );
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "destination name longer than 255 bytes",
+            ));
+        }
         let router = self.router.load();
         let rule = router.route(s).await;
         self.outbound_for(&router, rule, s)
@@ -266,18 +281,22 @@ impl Dispatcher {
                 )
                 .await
             }
-            Accepted::Fallback(stream, fb) => self.fall_back(stream, &fb, ctx).await,
+            Accepted::Fallback(stream, fb, closes) => {
+                self.fall_back(stream, &fb, closes, ctx).await
+            }
             Accepted::Done => Ok(()),
         }
     }
 
     /// Relays a connection that is not the inbound's protocol to its fallback: dialed as Xray
     /// does (up to five retries, backing off from 100 ms), a PROXY header first when `xver`
-    /// asks, then every byte the client sent.
+    /// asks, then every byte the client sent. `closes`: the client is closed when the fallback
+    /// ends (else held `uplinkOnly`, without a FIN, as Xray holds a raw or REALITY client).
     async fn fall_back(
         &self,
         client: BoxStream,
         fb: &crate::proxy::fallback::Fallback,
+        closes: bool,
         ctx: &InboundCtx,
     ) -> io::Result<()> {
         use crate::transport::Dialer;
@@ -336,7 +355,10 @@ impl Dispatcher {
             fb.dest
         );
         let level = self.level(0);
-        let opts = level.relay_opts();
+        let opts = crate::relay::RelayOpts {
+            fin_to_client: closes,
+            ..level.relay_opts()
+        };
         let counters = crate::relay::Counters::default();
         crate::relay::run(client, server, &opts, &counters).await.1
     }

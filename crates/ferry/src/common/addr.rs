@@ -153,6 +153,7 @@ pub mod socks {
                 out.put_slice(&ip.octets());
             }
             Address::Domain(d) => {
+                // Longer names never get here: the dispatcher refuses them (`Dispatcher::pick`).
                 let b = &d.as_bytes()[..d.len().min(255)];
                 out.put_u8(3);
                 out.put_u8(b.len() as u8);
@@ -224,6 +225,7 @@ pub mod v2ray {
                 out.put_slice(&ip.octets());
             }
             Address::Domain(d) => {
+                // Longer names never get here: the dispatcher refuses them (`Dispatcher::pick`).
                 let b = &d.as_bytes()[..d.len().min(255)];
                 out.put_u8(2);
                 out.put_u8(b.len() as u8);

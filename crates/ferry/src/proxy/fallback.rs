@@ -258,9 +258,13 @@ pub fn divert(
     protocol: &str,
     why: &dyn std::fmt::Display,
 ) -> crate::proxy::Accepted {
+    // Xray's TLS connection closes with its writer when the fallback ends; REALITY's and a
+    // raw socket's do not, and are closed `uplinkOnly` later.
+    let mut closes = false;
     if let Some(tls) = r.stream.outer_tls() {
         // The VLESS inbound read its first record alone (Vision's care): whole reads again.
         tls.set_record_at_a_time(false);
+        closes = !tls.is_reality();
     }
     let chosen = fallbacks.and_then(|f| {
         f.select(
@@ -277,7 +281,7 @@ pub fn divert(
                 ctx.info.source,
                 fb.dest
             );
-            crate::proxy::Accepted::Fallback(r.into_stream(), fb)
+            crate::proxy::Accepted::Fallback(r.into_stream(), fb, closes)
         }
         None => {
             let why = why.to_string();

@@ -89,8 +89,10 @@ pub enum Accepted {
     /// as this session's user (`app/mux.rs`).
     Mux(Session, BoxStream),
     /// Not this protocol's traffic: hand the stream (which replays every byte the client sent)
-    /// to the fallback the inbound chose.
-    Fallback(BoxStream, Arc<fallback::Fallback>),
+    /// to the fallback the inbound chose. The flag: the client is closed as soon as the
+    /// fallback ends (a TLS client, as Xray's TLS connection closes with its writer); without
+    /// it the client gets no FIN and is closed `uplinkOnly` later (Xray's raw TCP and REALITY).
+    Fallback(BoxStream, Arc<fallback::Fallback>, bool),
     /// Nothing more to do (answered, refused or drained; already logged).
     Done,
 }

@@ -16,7 +16,7 @@ use crate::transport::Stream;
 
 /// How a copy step ended.
 pub(super) enum CopyEnd {
-    /// Reading finished and the writer was shut down.
+    /// Reading finished and the writer was flushed and (with `fin`) shut down.
     Done,
     /// Both ends may now go direct: splice from here, writing these bytes first.
     Switch(Bytes),
@@ -34,10 +34,12 @@ pub(super) struct CopyDir {
     need_flush: bool,
     /// Both ends sit on sockets: after each transfer, ask whether they went direct.
     may_switch: bool,
+    /// Shut the writer down when the reader ends.
+    fin: bool,
 }
 
 impl CopyDir {
-    pub(super) fn new(size: pool::Adaptive, may_switch: bool) -> Self {
+    pub(super) fn new(size: pool::Adaptive, may_switch: bool, fin: bool) -> Self {
         CopyDir {
             buf: None,
             size,
@@ -46,10 +48,12 @@ impl CopyDir {
             read_done: false,
             need_flush: false,
             may_switch,
+            fin,
         }
     }
 
-    /// Copies from `r` to `w` until `r` ends (then shuts `w` down) or both turn direct.
+    /// Copies from `r` to `w` until `r` ends (then shuts `w` down, with `fin`) or both turn
+    /// direct.
     /// `total` counts the bytes written.
     #[allow(
         clippy::expect_used,
@@ -138,7 +142,9 @@ impl CopyDir {
             }
             if self.read_done {
                 ready!(w.as_mut().poll_flush(cx))?;
-                ready!(w.as_mut().poll_shutdown(cx))?;
+                if self.fin {
+                    ready!(w.as_mut().poll_shutdown(cx))?;
+                }
                 return Poll::Ready(Ok(CopyEnd::Done));
             }
         }

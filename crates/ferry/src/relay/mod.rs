@@ -52,6 +52,10 @@ pub struct RelayOpts {
     pub splice: bool,
     /// Splice also out of sockets whose peer is on this machine (see the module notes).
     pub splice_local: bool,
+    /// Half-close the client when the server side ends (the usual). Off, the client gets no
+    /// FIN then: it may still send for `uplink_only`, and the relay's end closes it, as Xray's
+    /// fallback does on a client whose writer cannot close (raw TCP, REALITY).
+    pub fin_to_client: bool,
 }
 
 /// `FERRY_SPLICE_LOCAL` (`1`, `true`, `on`, `yes`): splice out of local peers' sockets too.
@@ -77,6 +81,7 @@ impl Default for RelayOpts {
             ),
             splice: true,
             splice_local: splice_local_from_env(),
+            fin_to_client: true,
         }
     }
 }
@@ -156,8 +161,8 @@ pub fn run<'a>(
     async move {
         let _counted = RelayGuard::new();
         let activity = Activity::new();
-        let mut up = Direction::start(&mut *a, &*b, opts);
-        let mut down = Direction::start(&mut *b, &*a, opts);
+        let mut up = Direction::start(&mut *a, &*b, opts, true);
+        let mut down = Direction::start(&mut *b, &*a, opts, opts.fin_to_client);
         let poll_dir = |cx: &mut Context<'_>, dir: Dir| match dir {
             Dir::Up => up.poll(cx, &mut *a, &mut *b, &counters.up, &activity),
             Dir::Down => down.poll(cx, &mut *b, &mut *a, &counters.down, &activity),
@@ -189,25 +194,31 @@ struct Direction {
     way: Way,
     total: u64,
     spliced: bool,
+    /// Shut the writer down when the reader ends.
+    fin: bool,
 }
 
 impl Direction {
-    /// Splice from the start when both ends are direct; copy otherwise.
-    fn start(r: &mut dyn Stream, w: &dyn Stream, opts: &RelayOpts) -> Direction {
+    /// Splice from the start when both ends are direct; copy otherwise. `fin`: shut the writer
+    /// down when the reader ends.
+    fn start(r: &mut dyn Stream, w: &dyn Stream, opts: &RelayOpts, fin: bool) -> Direction {
         let sockets = opts.splice && r.socket().is_some() && w.socket().is_some();
         let local = sockets && !opts.splice_local && r.socket().is_some_and(|s| s.peer_is_local());
         let direct = sockets && !local && w.write_direct();
         let way = match direct.then(|| r.take_read_direct()).flatten() {
-            Some(pending) => Way::Splice(SpliceDir::new(pending)),
+            Some(pending) => Way::Splice(SpliceDir::new(pending, fin)),
             // Into a plain socket: the larger buffer. Into a protocol stream (a client's TLS,
             // Shadowsocks...) the usual one, which bounds what a client that stops reading pins.
-            None if local && w.write_direct() => Way::Copy(CopyDir::new(opts.local_buffer, false)),
-            None => Way::Copy(CopyDir::new(opts.buffer, sockets && !local)),
+            None if local && w.write_direct() => {
+                Way::Copy(CopyDir::new(opts.local_buffer, false, fin))
+            }
+            None => Way::Copy(CopyDir::new(opts.buffer, sockets && !local, fin)),
         };
         Direction {
             spliced: matches!(way, Way::Splice(_)),
             way,
             total: 0,
+            fin,
         }
     }
 
@@ -233,7 +244,7 @@ impl Direction {
                         CopyEnd::Done => self.way = Way::Done,
                         CopyEnd::Switch(pending) => {
                             self.spliced = true;
-                            self.way = Way::Splice(SpliceDir::new(pending));
+                            self.way = Way::Splice(SpliceDir::new(pending, self.fin));
                         }
                     }
                 }

@@ -24,19 +24,23 @@ pub(super) struct SpliceDir {
     left: usize,
     /// Bytes the layers held when this direction went direct: written first.
     pending: Bytes,
+    /// Half-close the writer when the reader ends.
+    fin: bool,
 }
 
 impl SpliceDir {
-    /// Splices after first writing `pending` (bytes a layer held when it went direct).
-    pub(super) fn new(pending: Bytes) -> Self {
+    /// Splices after first writing `pending` (bytes a layer held when it went direct); `fin`:
+    /// half-close the writer when the reader ends.
+    pub(super) fn new(pending: Bytes, fin: bool) -> Self {
         SpliceDir {
             pipe: None,
             left: 0,
             pending,
+            fin,
         }
     }
 
-    /// Moves bytes until `from` ends (then half-closes `to`); `total` counts them.
+    /// Moves bytes until `from` ends (then half-closes `to`, with `fin`); `total` counts them.
     pub(super) fn poll_splice(
         &mut self,
         cx: &mut Context<'_>,
@@ -90,7 +94,7 @@ impl SpliceDir {
                     Err(_) => match self.copy_round(from) {
                         Ok(true) => continue,
                         Ok(false) => {
-                            to.shutdown_write()?;
+                            self.end(to)?;
                             return Poll::Ready(Ok(()));
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -102,7 +106,7 @@ impl SpliceDir {
             match from.try_read_io(|| sys::splice(from.fd(), pw, pool::PIPE_SIZE)) {
                 Ok(0) => {
                     self.give_back();
-                    to.shutdown_write()?;
+                    self.end(to)?;
                     return Poll::Ready(Ok(()));
                 }
                 Ok(n) => self.left = n,
@@ -128,6 +132,14 @@ impl SpliceDir {
         };
         pool::put(b);
         out
+    }
+
+    /// The reader ended: half-close the writer when asked to.
+    fn end(&self, to: RawSocket<'_>) -> io::Result<()> {
+        if self.fin {
+            to.shutdown_write()?;
+        }
+        Ok(())
     }
 
     /// Returns the pipe to the pool if it is empty (one holding bytes is closed on drop).

@@ -285,7 +285,7 @@ fn a_trojan_request_that_stops_short_gets_close_notify_then_fin() {
 }
 
 /// A fallback target that answers the first bytes it reads and closes.
-fn answer_and_close() -> u16 {
+pub(super) fn answer_and_close() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {

@@ -242,3 +242,42 @@ fn an_unconditional_allow_leaves_the_servers_own_listeners_shut() {
     }
     assert!(s.output().contains("own listeners"), "{}", s.output());
 }
+
+/// A destination name longer than 255 bytes (here a dokodemo address; a sniffed SNI or Host can
+/// be as long) is refused before any outbound runs: the VLESS outbound's server never sees a
+/// connection (its one length byte used to carry the name cut short, to a host nobody asked
+/// for), and the refusal is logged.
+#[test]
+fn a_destination_name_over_255_bytes_is_refused_not_cut() {
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    server.set_nonblocking(true).unwrap();
+    let entry = free_port();
+    let long = format!("{}.example", "a".repeat(300));
+    let cfg = format!(
+        r#"{{"log":{{"loglevel":"info"}},
+  "inbounds":[{{"listen":"127.0.0.1","port":{entry},"protocol":"dokodemo-door",
+    "settings":{{"address":"{long}","port":443,"network":"tcp"}}}}],
+  "outbounds":[{{"protocol":"vless","settings":{{"vnext":[{{"address":"127.0.0.1","port":{},
+    "users":[{{"id":"{ID}","encryption":"none"}}]}}]}}}}]}}"#,
+        server.local_addr().unwrap().port()
+    );
+    let p = ferry(&cfg, &[entry]);
+    let mut c = TcpStream::connect(("127.0.0.1", entry)).unwrap();
+    c.write_all(b"hello").unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut b = [0u8; 16];
+    let closed = matches!(c.read(&mut b), Ok(0) | Err(_));
+    std::thread::sleep(Duration::from_millis(300));
+    let dialed = server.accept().is_ok();
+    assert!(
+        closed && !dialed,
+        "closed {closed}, dialed {dialed}\n{}",
+        p.output()
+    );
+    assert!(
+        p.output()
+            .contains("destination name of 308 bytes is too long"),
+        "{}",
+        p.output()
+    );
+}

@@ -140,7 +140,7 @@ impl Inbound {
                 &format_args!("{detail}; to the redirect decoy {}", fb.dest),
             );
             let stream: BoxStream = Box::new(crate::transport::Prefixed::new(seen.into(), raw));
-            return Ok(Accepted::Fallback(stream, fb.clone()));
+            return Ok(Accepted::Fallback(stream, fb.clone(), true));
         }
         ctx.reject("shadowsocksr", reason, &format_args!("{detail}; draining"));
         drain(&mut raw, idle).await;

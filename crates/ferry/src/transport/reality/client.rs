@@ -182,7 +182,8 @@ impl Client {
             h.suite,
             Direction::new(h.suite, h.server_secret),
             Direction::new(h.suite, h.client_secret),
-        ))
+        )
+        .of_reality())
     }
 }
 

@@ -868,7 +868,8 @@ impl Server {
             answer.suite,
             Direction::new(answer.suite, c_ap),
             write,
-        ))
+        )
+        .of_reality())
     }
 }
 

@@ -46,6 +46,10 @@ pub trait OuterTls: Send {
     /// Later writes go to the stream under TLS as they are (the caller flushed first; no record,
     /// not even close_notify, is sent after this).
     fn write_raw(&mut self);
+    /// A REALITY connection (not a TLS library's).
+    fn is_reality(&self) -> bool {
+        false
+    }
 }
 
 /// The crypto provider every TLS config uses.

@@ -72,9 +72,17 @@ pub struct Tls13Stream {
     one_record: bool,
     raw_read: bool,
     raw_write: bool,
+    /// Made by REALITY (not handed over from rustls).
+    reality: bool,
 }
 
 impl Tls13Stream {
+    /// Marks a connection REALITY made (its server and client).
+    pub fn of_reality(mut self) -> Self {
+        self.reality = true;
+        self
+    }
+
     /// The connection over `io` after a handshake that left `held` (ciphertext already read).
     pub fn new(
         mut io: BoxStream,
@@ -135,6 +143,7 @@ impl Tls13Stream {
             one_record: false,
             raw_read: false,
             raw_write: false,
+            reality: false,
         }
     }
 
@@ -575,6 +584,10 @@ impl Stream for Tls13Stream {
 impl OuterTls for Tls13Stream {
     fn is_tls13(&self) -> bool {
         true
+    }
+
+    fn is_reality(&self) -> bool {
+        self.reality
     }
 
     fn set_record_at_a_time(&mut self, on: bool) {
