@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 export FERRY_PEERS="${FERRY_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin}"
 bash scripts/peers.sh ${FERRY_PEER_GROUPS:-all}
 cargo fmt --all -- --check
+# The layers: no import circle, no import from a lower layer to a higher one (scripts/layers.py).
+python3 scripts/layers.py
 cargo clippy --workspace --all-targets -- -D warnings
 cargo build --release -p ferry --bin ferry
 # The README's run command, as written, carries a request through its SOCKS5 and HTTP sides.
