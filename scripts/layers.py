@@ -14,6 +14,7 @@ The graph then has to hold two rules:
     python3 scripts/layers.py              # check both crates; non-zero exit on a violation
     python3 scripts/layers.py --graph      # also print every edge, grouped by file
     python3 scripts/layers.py --layers     # print each file's layer
+    python3 scripts/layers.py --prune-allow  # drop tolerated imports that are gone
 
 Edges listed in `scripts/layers.allow` (one `from -> to` per line) are tolerated while they
 are being removed; the list only ever shrinks, and an entry that no longer exists is an error.
@@ -596,6 +597,16 @@ def main():
             line = line.split("#", 1)[0].strip()
             if line:
                 allowed.add(line)
+    if "--prune-allow" in args:
+        exists = set()
+        for crate in CRATES:
+            _, edges = graph(crate)
+            exists |= {f"{crate}: {name(a)} -> {name(b)}" for a, bs in edges.items() for b in bs}
+        lines = open(allow_file, encoding="utf-8").read().splitlines(keepends=True)
+        keep = [l for l in lines if not l.split("#", 1)[0].strip() or l.split("#", 1)[0].strip() in exists]
+        with open(allow_file, "w", encoding="utf-8") as f:
+            f.writelines(keep)
+        print(f"scripts/layers.allow: {len(lines) - len(keep)} gone, {len(keep)} lines left")
     failed = False
     for crate in CRATES:
         problems, stale, n_edges, n_files = check(crate, "--graph" in args, "--layers" in args, allowed)

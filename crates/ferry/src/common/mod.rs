@@ -2,7 +2,9 @@
 
 pub mod addr;
 pub mod ct;
+pub mod http1;
 pub mod own;
+pub mod pool;
 pub mod rand;
 #[allow(
     unsafe_code,

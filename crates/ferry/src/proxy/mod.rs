@@ -6,7 +6,8 @@ pub mod dns;
 pub mod dokodemo;
 pub mod fallback;
 pub mod freedom;
-pub mod head;
+/// The header reader (in `transport`, which parses HTTP heads with it too).
+pub use crate::transport::head;
 pub mod headed;
 pub mod http;
 pub mod mux;

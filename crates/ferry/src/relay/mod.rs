@@ -31,7 +31,8 @@ use splice::SpliceDir;
 
 mod copy;
 mod idle;
-pub mod pool;
+/// The pooled buffers and pipes (in `common`, below every layer that holds bytes).
+pub use crate::common::pool;
 mod splice;
 
 /// Timeouts and buffer size for one relay (from the user level's policy).

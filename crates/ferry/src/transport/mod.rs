@@ -9,6 +9,7 @@
 
 pub mod chain;
 pub mod grpc;
+pub mod head;
 pub mod http_header;
 pub mod httpupgrade;
 pub mod listener;

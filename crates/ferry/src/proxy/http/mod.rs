@@ -1,7 +1,8 @@
 //! `http`: an HTTP proxy inbound (CONNECT tunnels and plain forward requests, Basic auth) and
 //! an outbound that tunnels through an HTTP proxy with CONNECT.
 
-pub mod codec;
+/// HTTP/1 heads, sans-IO (in `common`: the HTTP-based transports parse them too).
+pub use crate::common::http1 as codec;
 pub mod inbound;
 pub mod outbound;
 

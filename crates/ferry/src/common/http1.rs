@@ -1,5 +1,6 @@
-//! HTTP/1 proxy messages, sans-IO: request heads, targets, the forward-proxy rewrite, Basic
-//! credentials, and the CONNECT a client sends.
+//! HTTP/1 messages, sans-IO: request and response heads (the HTTP proxy's and the HTTP-based
+//! transports'), proxy targets, the forward-proxy rewrite, Basic credentials, and the CONNECT a
+//! client sends.
 
 use base64::Engine as _;
 
