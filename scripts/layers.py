@@ -43,6 +43,8 @@ LAYERS = {
         ("app::policy", 1),
         ("policy", 1),
         ("matchers", 1),
+        ("users", 1),
+        ("counters", 1),
         # transport and its settings
         ("transport", 2),
         ("config::stream", 2),
@@ -63,11 +65,11 @@ LAYERS = {
         ("app::mux", 5),
         ("app::log", 5),
         ("app::mask", 5),
+        ("registry", 5),
         ("app::metrics", 5),
         # dispatcher
         ("app::dispatcher", 6),
         # instance: what a running config is
-        ("registry", 7),
         ("config", 7),
         ("config::services", 7),
         ("app::instance", 7),

@@ -6,6 +6,7 @@ pub mod http1;
 pub mod own;
 pub mod pool;
 pub mod rand;
+pub mod swap;
 #[allow(
     unsafe_code,
     reason = "the one module of raw syscalls; each block has a SAFETY line"
