@@ -6,8 +6,9 @@ child module, is resolved to the file that defines what it names (through `pub u
 re-exports). Test code (`#[cfg(test)]` items and modules) is left out: tests may reach anywhere.
 The graph then has to hold two rules:
 
-  1. No circle: between files, and between folders (a file's folder is its top-level module,
-     `app/` and `app/api/` each counting as their own).
+  1. No circle: between files, and between folders (a file's folder is its top-level module;
+     `app::X` and `config::X` each count as their own). A file using what an ancestor module
+     defines (`super::X`) is its folder's own business, not an edge in a circle.
   2. Arrows only downward: each file has a layer (the table LAYERS below, first matching
      prefix); an import from a lower layer to a higher one is refused.
 
@@ -34,8 +35,6 @@ LAYERS = {
         # common: addresses, ids, the config reader, buffers, wire formats of the API
         ("common", 0),
         ("pb", 0),
-        ("config::reader", 0),
-        ("config::json", 0),
         # session / stats / policy / matchers
         ("session", 1),
         ("stats", 1),
@@ -79,11 +78,10 @@ LAYERS = {
         ("main", 9),
         ("", 9),  # lib.rs
     ],
+    # The lab has no layers of its own beyond its syscall module: it must only be free of
+    # circles.
     "ferry-lab": [
         ("sys", 0),
-        ("procs", 1),
-        ("results", 1),
-        ("chart", 2),
         ("", 9),
     ],
 }
@@ -425,10 +423,13 @@ def layer_of(crate, path):
 
 
 def folder(path):
+    """A file's folder: its top-level module; `app` and `config` hold modules of several
+    layers (services to the API; transport settings to the whole config), so each of their
+    modules counts as a folder of its own."""
     if not path:
         return "(root)"
-    if path[0] == "app" and len(path) > 1:
-        return "app::" + path[1]
+    if path[0] in ("app", "config") and len(path) > 1:
+        return path[0] + "::" + path[1]
     return path[0]
 
 

@@ -3,9 +3,11 @@
 pub mod addr;
 pub mod ct;
 pub mod http1;
+pub mod json;
 pub mod own;
 pub mod pool;
 pub mod rand;
+pub mod reader;
 pub mod swap;
 #[allow(
     unsafe_code,

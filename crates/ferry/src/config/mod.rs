@@ -4,8 +4,8 @@
 //! frame around them (`inbounds`, `outbounds`, `routing`, `policy`, `stats`), and
 //! [`services`] reads `log`, `metrics` and `api`.
 
-pub mod json;
-pub mod reader;
+/// The JSON reader and comment stripper (in `common`: every layer parses its own settings).
+pub use crate::common::{json, reader};
 pub mod reality;
 pub mod services;
 pub mod stream;
