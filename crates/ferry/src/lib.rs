@@ -11,6 +11,7 @@ pub mod app;
 pub mod common;
 pub mod config;
 pub mod counters;
+pub mod matchers;
 pub mod proxy;
 pub mod registry;
 pub mod rejects;

@@ -213,7 +213,7 @@ fn geodata_cmd(file: &str, query: Option<&str>) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(q) => {
-            let hits = geodata::lookup(&path, q).map_err(|e| anyhow!("{e}"))?;
+            let hits = ferry::matchers::lookup::lookup(&path, q).map_err(|e| anyhow!("{e}"))?;
             for h in &hits {
                 println!("{h}");
             }

@@ -140,49 +140,7 @@ pub fn merge_named(docs: Vec<(String, Value)>) -> Value {
     Value::Object(out)
 }
 
-/// Reads `port`: a number, `"a-b"`, `"a,b,c-d"`, or `"env:NAME"`.
-pub fn parse_ports(v: &Value, path: &str) -> reader::Result<Vec<(u16, u16)>> {
-    let text = match v {
-        Value::Number(_) => {
-            return Ok(vec![(reader::as_port(v, path)?, reader::as_port(v, path)?)])
-        }
-        Value::String(s) => s.clone(),
-        _ => {
-            return Err(ConfigError::new(
-                path,
-                format!("expected a port, found {}", reader::show(v)),
-            ))
-        }
-    };
-    let text = match text.strip_prefix("env:") {
-        Some(name) => std::env::var(name).map_err(|_| {
-            ConfigError::new(path, format!("environment variable {name} is not set"))
-        })?,
-        None => text,
-    };
-    let mut out = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || ConfigError::new(path, format!("invalid port or range {part:?}"));
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (
-                a.trim().parse::<u16>().map_err(|_| bad())?,
-                b.trim().parse::<u16>().map_err(|_| bad())?,
-            ),
-            None => {
-                let p = part.parse::<u16>().map_err(|_| bad())?;
-                (p, p)
-            }
-        };
-        if a == 0 || b < a {
-            return Err(bad());
-        }
-        out.push((a, b));
-    }
-    if out.is_empty() {
-        return Err(ConfigError::new(path, "no port given"));
-    }
-    Ok(out)
-}
+pub use crate::matchers::port::parse_ports;
 
 /// Reads `listen`: an IP address (default 0.0.0.0), or a unix socket; `None` for an IP
 /// listener means the caller reads the ports.

@@ -3,7 +3,7 @@
 //! Every matcher is compiled once when the config is read: `full:` names go into a hash set,
 //! `domain:` suffixes into another (a lookup per label), substrings into one literal regex,
 //! `regexp:` patterns into one `RegexSet`, and CIDRs into sorted, merged ranges searched by
-//! bisection (the matchers live in `domain.rs`, `cidr.rs` and `port.rs`). Routing only awaits
+//! bisection (the matchers live in `crate::matchers`). Routing only awaits
 //! when `domainStrategy` asks to resolve a domain destination.
 
 use std::collections::HashSet;
@@ -16,18 +16,12 @@ use crate::config::reader::{self, ConfigError, Obj, Result};
 use crate::proxy::Session;
 
 pub mod balancer;
-mod cidr;
-mod domain;
-pub mod geodata;
-mod port;
-mod ranges;
-mod strset;
 pub mod webhook;
 
-pub use cidr::{IpRanges, IpSet};
-pub use domain::{DomainSet, DomainTable, DomainType};
-pub use geodata::Assets;
-pub use port::PortSet;
+/// The matchers (in their own layer, below the services that use them).
+pub use crate::matchers::{
+    geodata, Assets, DomainSet, DomainTable, DomainType, IpRanges, IpSet, PortSet,
+};
 
 /// `routing.domainStrategy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

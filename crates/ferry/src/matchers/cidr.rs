@@ -173,7 +173,7 @@ impl IpSet {
             };
             if let Some((file, code)) = geo {
                 let (code, not2) = geodata::cut_not(code);
-                let r = geodata::geoip(assets, file, code)
+                let r = geoip(assets, file, code)
                     .map_err(|e| ConfigError::new(p.clone(), format!("{raw:?}: {e}")))?;
                 if not != not2 {
                     set.geo_not.push(r);
@@ -212,6 +212,36 @@ impl IpSet {
         // address, as Xray v26.3.27 does (a `geoip:!cn -> block` rule must not let IPv6 by).
         !self.geo_not.is_empty() && !self.geo_not.iter().any(|r| r.contains(ip))
     }
+}
+
+fn ips() -> &'static geodata::Cache<IpRanges> {
+    static C: std::sync::OnceLock<geodata::Cache<IpRanges>> = std::sync::OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// Loads `CODE` of geoip file `file`.
+pub fn geoip(
+    assets: &Assets,
+    file: &str,
+    code: &str,
+) -> std::result::Result<Arc<IpRanges>, geodata::GeoError> {
+    if file.is_empty() {
+        return Err(geodata::GeoError::Syntax("empty file".into()));
+    }
+    let code = code.to_ascii_uppercase();
+    if code.is_empty() {
+        return Err(geodata::GeoError::Syntax("empty tag".into()));
+    }
+    let path = assets.find(file)?;
+    geodata::cached(ips(), geodata::key(&path, &code, Vec::new()), || {
+        let body = geodata::read_entry(&path, &code)?;
+        let cidrs =
+            geodata::wire::geoip_cidrs(&body).map_err(|err| geodata::GeoError::Corrupt {
+                path: path.display().to_string(),
+                err,
+            })?;
+        Ok(IpRanges::from_cidrs(&cidrs))
+    })
 }
 
 #[cfg(test)]

@@ -211,8 +211,52 @@ fn load(
     item: &str,
     path: &str,
 ) -> Result<Arc<DomainTable>> {
-    geodata::geosite(assets, file, code_attrs)
-        .map_err(|e| ConfigError::new(path, format!("{item:?}: {e}")))
+    geosite(assets, file, code_attrs).map_err(|e| ConfigError::new(path, format!("{item:?}: {e}")))
+}
+
+fn sites() -> &'static geodata::Cache<DomainTable> {
+    static C: std::sync::OnceLock<geodata::Cache<DomainTable>> = std::sync::OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// Loads `CODE[@attr...]` of geosite file `file` (attributes: entries having every key).
+pub fn geosite(
+    assets: &Assets,
+    file: &str,
+    code_attrs: &str,
+) -> std::result::Result<Arc<DomainTable>, geodata::GeoError> {
+    if file.is_empty() {
+        return Err(geodata::GeoError::Syntax("empty file".into()));
+    }
+    if code_attrs.ends_with('@') || code_attrs.contains("@@") {
+        return Err(geodata::GeoError::Syntax("empty attribute".into()));
+    }
+    let mut parts = code_attrs.split('@');
+    let code = parts.next().unwrap_or("").to_ascii_uppercase();
+    if code.is_empty() {
+        return Err(geodata::GeoError::Syntax("empty tag".into()));
+    }
+    let mut attrs: Vec<String> = parts.map(|a| a.to_ascii_lowercase()).collect();
+    attrs.sort();
+    attrs.dedup();
+    let path = assets.find(file)?;
+    geodata::cached(sites(), geodata::key(&path, &code, attrs.clone()), || {
+        let body = geodata::read_entry(&path, &code)?;
+        let corrupt = |err| geodata::GeoError::Corrupt {
+            path: path.display().to_string(),
+            err,
+        };
+        let domains = geodata::wire::geosite_domains(&body).map_err(corrupt)?;
+        let pick = domains
+            .iter()
+            .filter(|d| attrs.iter().all(|a| d.attrs.iter().any(|k| k == a)))
+            .map(|d| (d.kind, d.value));
+        DomainTable::build(pick).map_err(|err| geodata::GeoError::Build {
+            code: code.clone(),
+            path: path.display().to_string(),
+            err,
+        })
+    })
 }
 
 #[cfg(test)]

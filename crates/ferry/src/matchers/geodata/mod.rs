@@ -12,8 +12,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use super::cidr::IpRanges;
-use super::domain::DomainTable;
 use wire::{Visit, WireError};
 
 /// The default geosite file (`geosite:TAG`).
@@ -132,14 +130,14 @@ impl Assets {
 
 /// Cache key: the file (path, size, mtime), the code and the sorted attributes.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct Key {
+pub(super) struct Key {
     path: PathBuf,
     stamp: (u64, Option<std::time::SystemTime>),
     code: String,
     attrs: Vec<String>,
 }
 
-fn key(path: &Path, code: &str, attrs: Vec<String>) -> Key {
+pub(super) fn key(path: &Path, code: &str, attrs: Vec<String>) -> Key {
     let stamp = std::fs::metadata(path)
         .map(|m| (m.len(), m.modified().ok()))
         .unwrap_or((0, None));
@@ -151,19 +149,9 @@ fn key(path: &Path, code: &str, attrs: Vec<String>) -> Key {
     }
 }
 
-type Cache<T> = Mutex<HashMap<Key, Weak<T>>>;
+pub(super) type Cache<T> = Mutex<HashMap<Key, Weak<T>>>;
 
-fn sites() -> &'static Cache<DomainTable> {
-    static C: std::sync::OnceLock<Cache<DomainTable>> = std::sync::OnceLock::new();
-    C.get_or_init(Default::default)
-}
-
-fn ips() -> &'static Cache<IpRanges> {
-    static C: std::sync::OnceLock<Cache<IpRanges>> = std::sync::OnceLock::new();
-    C.get_or_init(Default::default)
-}
-
-fn cached<T>(
+pub(super) fn cached<T>(
     cache: &Cache<T>,
     k: Key,
     build: impl FnOnce() -> Result<T, GeoError>,
@@ -222,66 +210,6 @@ pub fn cut_not(s: &str) -> (&str, bool) {
     (t, (s.len() - t.len()) % 2 == 1)
 }
 
-/// Loads `CODE[@attr...]` of geosite file `file` (attributes: entries having every key).
-pub fn geosite(
-    assets: &Assets,
-    file: &str,
-    code_attrs: &str,
-) -> Result<Arc<DomainTable>, GeoError> {
-    if file.is_empty() {
-        return Err(GeoError::Syntax("empty file".into()));
-    }
-    if code_attrs.ends_with('@') || code_attrs.contains("@@") {
-        return Err(GeoError::Syntax("empty attribute".into()));
-    }
-    let mut parts = code_attrs.split('@');
-    let code = parts.next().unwrap_or("").to_ascii_uppercase();
-    if code.is_empty() {
-        return Err(GeoError::Syntax("empty tag".into()));
-    }
-    let mut attrs: Vec<String> = parts.map(|a| a.to_ascii_lowercase()).collect();
-    attrs.sort();
-    attrs.dedup();
-    let path = assets.find(file)?;
-    cached(sites(), key(&path, &code, attrs.clone()), || {
-        let body = read_entry(&path, &code)?;
-        let corrupt = |err| GeoError::Corrupt {
-            path: path.display().to_string(),
-            err,
-        };
-        let domains = wire::geosite_domains(&body).map_err(corrupt)?;
-        let pick = domains
-            .iter()
-            .filter(|d| attrs.iter().all(|a| d.attrs.iter().any(|k| k == a)))
-            .map(|d| (d.kind, d.value));
-        DomainTable::build(pick).map_err(|err| GeoError::Build {
-            code: code.clone(),
-            path: path.display().to_string(),
-            err,
-        })
-    })
-}
-
-/// Loads `CODE` of geoip file `file`.
-pub fn geoip(assets: &Assets, file: &str, code: &str) -> Result<Arc<IpRanges>, GeoError> {
-    if file.is_empty() {
-        return Err(GeoError::Syntax("empty file".into()));
-    }
-    let code = code.to_ascii_uppercase();
-    if code.is_empty() {
-        return Err(GeoError::Syntax("empty tag".into()));
-    }
-    let path = assets.find(file)?;
-    cached(ips(), key(&path, &code, Vec::new()), || {
-        let body = read_entry(&path, &code)?;
-        let cidrs = wire::geoip_cidrs(&body).map_err(|err| GeoError::Corrupt {
-            path: path.display().to_string(),
-            err,
-        })?;
-        Ok(IpRanges::from_cidrs(&cidrs))
-    })
-}
-
 /// One entry of a file, for `ferry geodata`.
 #[derive(Debug)]
 pub struct TagInfo {
@@ -320,7 +248,7 @@ pub fn list(path: &Path) -> Result<Vec<TagInfo>, GeoError> {
     Ok(out)
 }
 
-fn each_entry(
+pub(super) fn each_entry(
     path: &Path,
     mut f: impl FnMut(&str, &[u8]) -> Result<(), GeoError>,
 ) -> Result<(), GeoError> {
@@ -347,45 +275,6 @@ fn each_entry(
         err,
     })?;
     failed.map_or(Ok(()), Err)
-}
-
-/// The tags of `path` that contain `query` (an IP, or a domain), with the attributes under
-/// which a domain matched (`CODE@attr` for each attribute of a matching entry).
-pub fn lookup(path: &Path, query: &str) -> Result<Vec<String>, GeoError> {
-    let ip: Option<std::net::IpAddr> = query.parse().ok();
-    let lower = query.to_ascii_lowercase();
-    let mut out = Vec::new();
-    each_entry(path, |code, body| {
-        if let Some(ip) = ip {
-            if let Ok(c) = wire::geoip_cidrs(body) {
-                if IpRanges::from_cidrs(&c).contains(ip) {
-                    out.push(code.to_string());
-                }
-            }
-            return Ok(());
-        }
-        let Ok(domains) = wire::geosite_domains(body) else {
-            return Ok(());
-        };
-        let mut attrs = Vec::new();
-        let mut hit = false;
-        for d in &domains {
-            if let Ok(t) = DomainTable::build([(d.kind, d.value)]) {
-                if t.matches_lower(&lower) {
-                    hit = true;
-                    attrs.extend(d.attrs.iter().map(|a| format!("{code}@{a}")));
-                }
-            }
-        }
-        if hit {
-            out.push(code.to_string());
-            attrs.sort();
-            attrs.dedup();
-            out.extend(attrs);
-        }
-        Ok(())
-    })?;
-    Ok(out)
 }
 
 #[cfg(test)]

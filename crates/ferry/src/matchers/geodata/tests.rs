@@ -3,6 +3,8 @@
 use super::wire::{encode_geoip, encode_geosite, Cidr, Domain, DomainType};
 use super::*;
 use crate::app::router::{DomainSet, IpSet};
+use crate::matchers::domain::geosite;
+use crate::matchers::lookup::lookup;
 
 /// A fresh folder holding `geoip.dat`, `geosite.dat` and `ext/custom.dat`.
 pub(crate) fn fixture() -> PathBuf {
