@@ -44,6 +44,7 @@ LAYERS = {
         ("matchers", 1),
         ("users", 1),
         ("counters", 1),
+        ("sniffing", 1),
         # transport and its settings
         ("transport", 2),
         ("config::stream", 2),

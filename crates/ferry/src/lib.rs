@@ -17,6 +17,7 @@ pub mod registry;
 pub mod rejects;
 pub mod relay;
 pub mod session;
+pub mod sniffing;
 pub mod stats;
 pub mod transport;
 pub mod users;

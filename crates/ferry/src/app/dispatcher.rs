@@ -49,13 +49,14 @@ tokio::task_local! {
 /// Sniffs a stream session when its inbound asks (the future is boxed: most connections
 /// never sniff, and those that do keep none of its state while relaying).
 async fn sniffed(
+    d: &Dispatcher,
     ctx: &InboundCtx,
     mut session: Session,
     stream: BoxStream,
 ) -> (Session, BoxStream) {
     match &ctx.sniffing {
         Some(cfg) => {
-            let router = ctx.dispatcher.router.load();
+            let router = d.router.load();
             let fake = router.dns.as_deref().and_then(|d| d.fake());
             let stream = Box::pin(crate::app::sniff::io::stream(
                 cfg,
@@ -188,7 +189,7 @@ impl Dispatcher {
     /// handshake: the accepted description is taken apart before the relay is awaited.
     #[allow(clippy::manual_async_fn)]
     pub fn serve<'a>(
-        &'a self,
+        self: &'a Arc<Self>,
         handler: &'a dyn InboundHandler,
         stream: BoxStream,
         ctx: &'a InboundCtx,
@@ -210,7 +211,7 @@ impl Dispatcher {
                 Accepted::Stream(session, stream) => (session, stream),
                 other => return Box::pin(self.serve_other(other, ctx)).await,
             };
-            let (session, stream) = sniffed(ctx, session, stream).await;
+            let (session, stream) = sniffed(self, ctx, session, stream).await;
             self.dispatch_tcp(session, stream, &ctx.traffic)
                 .await
                 .map(|_| ())
@@ -220,7 +221,7 @@ impl Dispatcher {
     /// Serves a connection of a user with an email: counted in the user's online map (when
     /// the level's policy asks) while it lasts, and ended when the user is removed.
     async fn serve_user(
-        &self,
+        self: &Arc<Self>,
         accepted: Accepted,
         user: crate::session::User,
         ctx: &InboundCtx,
@@ -253,10 +254,10 @@ impl Dispatcher {
     }
 
     /// Everything an inbound asks for besides relaying a stream.
-    async fn serve_other(&self, accepted: Accepted, ctx: &InboundCtx) -> io::Result<()> {
+    async fn serve_other(self: &Arc<Self>, accepted: Accepted, ctx: &InboundCtx) -> io::Result<()> {
         match accepted {
             Accepted::Stream(session, stream) => {
-                let (session, stream) = sniffed(ctx, session, stream).await;
+                let (session, stream) = sniffed(self, ctx, session, stream).await;
                 self.dispatch_tcp(session, stream, &ctx.traffic)
                     .await
                     .map(|_| ())
@@ -273,7 +274,7 @@ impl Dispatcher {
             }
             Accepted::Mux(session, stream) => {
                 crate::app::mux::serve(
-                    ctx.dispatcher.clone(),
+                    self.clone(),
                     session,
                     stream,
                     ctx.traffic.clone(),
@@ -357,7 +358,7 @@ impl Dispatcher {
         let level = self.level(0);
         let opts = crate::relay::RelayOpts {
             fin_to_client: closes,
-            ..level.relay_opts()
+            ..relay::RelayOpts::for_level(&level)
         };
         let counters = crate::relay::Counters::default();
         crate::relay::run(client, server, &opts, &counters).await.1
@@ -450,7 +451,7 @@ impl Dispatcher {
             self.access.accepted(&session, &outbound.tag, routed);
             let (handshake, opts) = {
                 let level = self.level(session.level());
-                (level.handshake, level.relay_opts())
+                (level.handshake, relay::RelayOpts::for_level(&level))
             };
             let remote = match tokio::time::timeout(
                 handshake.max(Duration::from_secs(1)),
@@ -520,6 +521,42 @@ impl Dispatcher {
             self.counters(session, inbound, &outbound),
             outbound.tag.clone(),
         ))
+    }
+}
+
+impl crate::proxy::Services for Dispatcher {
+    fn handshake_timeout(&self) -> Duration {
+        Dispatcher::handshake_timeout(self)
+    }
+
+    fn level(&self, level: u32) -> crate::app::policy::LevelPolicy {
+        Dispatcher::level(self, level)
+    }
+
+    fn rejected(&self, source: &Endpoint, why: &str) {
+        self.access.rejected(source, why);
+    }
+
+    fn count_reject(&self, tag: &str, reason: &'static str) {
+        if let Some(st) = &self.stats {
+            st.rejects.count(tag, reason);
+        }
+    }
+
+    fn udp_sessions(
+        self: Arc<Self>,
+        reply: Arc<dyn crate::proxy::udp::UdpReply>,
+        idle: Duration,
+        ctx: &InboundCtx,
+    ) -> Arc<dyn crate::proxy::udp::UdpSessions> {
+        let nat = crate::app::udp::UdpNat::new(
+            self,
+            reply,
+            idle,
+            ctx.traffic.clone(),
+            ctx.sniffing.clone(),
+        );
+        Arc::new(crate::app::udp::NatHandle(nat))
     }
 }
 

@@ -584,7 +584,7 @@ impl Serve {
         InboundCtx {
             tag: self.tag.clone(),
             info,
-            dispatcher: self.dispatcher.clone(),
+            services: self.dispatcher.clone(),
             traffic: self.traffic.clone(),
             sniffing: self.sniffing.clone(),
         }

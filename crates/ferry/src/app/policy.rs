@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::config::reader::{ConfigError, Obj, Result};
-use crate::relay::{pool, RelayOpts};
 
 /// One level's policy. Defaults are Xray's code defaults (not its stale docs).
 #[derive(Clone, Debug)]
@@ -32,31 +31,6 @@ impl Default for LevelPolicy {
             stats_user_uplink: false,
             stats_user_downlink: false,
             stats_user_online: false,
-        }
-    }
-}
-
-impl LevelPolicy {
-    pub fn relay_opts(&self) -> RelayOpts {
-        // Unset, the relay's defaults: copy buffers from 32 KiB growing to 256 KiB under bulk
-        // traffic (512 KiB into a plain socket from a local reader), splice where it can.
-        let d = RelayOpts::default();
-        // Xray's bufferSize bounds what one connection buffers: it is the largest any of our
-        // copy buffers grows to.
-        let (buffer, local_buffer) = match self.buffer_size {
-            Some(n) => {
-                let b = pool::Adaptive::new(pool::DEFAULT_SIZE, n.min(pool::DEFAULT_SIZE), n);
-                (b, b)
-            }
-            None => (d.buffer, d.local_buffer),
-        };
-        RelayOpts {
-            conn_idle: self.conn_idle,
-            uplink_only: self.uplink_only,
-            downlink_only: self.downlink_only,
-            buffer,
-            local_buffer,
-            ..d
         }
     }
 }

@@ -9,33 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::app::dispatcher::Dispatcher;
 use crate::common::Destination;
+pub use crate::proxy::udp::{NatKey, UdpReply, UdpSessions, MAX_DATAGRAM};
 use crate::proxy::{PacketConn, Session};
 use crate::session::Traffic;
-
-/// Sends a reply datagram back to a client, in whatever framing the inbound speaks.
-#[async_trait]
-pub trait UdpReply: Send + Sync + 'static {
-    async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()>;
-}
-
-/// Largest datagram Ferry relays.
-pub const MAX_DATAGRAM: usize = 65535;
-
-/// What a NAT session is keyed by.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum NatKey {
-    /// The client's source address.
-    Addr(SocketAddr),
-    /// A session the inbound tells apart itself (Shadowsocks 2022: the client session), whose
-    /// replies go to the address it last sent from (a roaming client keeps its session).
-    Session(u64),
-}
 
 /// Sessions one inbound holds at most. Each holds a socket (or a proxied channel) and, once
 /// replies come, a 64 KiB receive buffer: 4,096 of them is room for a busy server's real
@@ -340,6 +321,19 @@ async fn recv_lazy(pc: &dyn PacketConn, buf: &mut Vec<u8>) -> io::Result<(usize,
         buf.resize(MAX_DATAGRAM, 0);
     }
     pc.recv_from(buf).await
+}
+
+/// An inbound's handle on its session table (what [`UdpSessions`] asks of it).
+pub struct NatHandle(pub Arc<UdpNat>);
+
+impl UdpSessions for NatHandle {
+    fn send(&self, client: SocketAddr, session: Session, data: Bytes) {
+        self.0.send(client, session, data)
+    }
+
+    fn send_keyed(&self, key: NatKey, client: SocketAddr, session: Session, data: Bytes) {
+        self.0.send_keyed(key, client, session, data)
+    }
 }
 
 /// Serves the datagrams one inbound connection carries (VMess UDP, SOCKS UDP ASSOCIATE):

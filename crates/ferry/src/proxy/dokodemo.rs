@@ -14,9 +14,9 @@ use bytes::Bytes;
 use tokio::net::UdpSocket;
 
 use super::{Accepted, Endpoint, InboundBuild, InboundCtx, InboundHandler};
-use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::{Address, Destination, Network};
 use crate::config::reader::{as_str, ConfigError, Obj, Result};
+use crate::proxy::udp::{UdpReply, MAX_DATAGRAM};
 use crate::transport::BoxStream;
 
 /// An address and port where either may be left to the connection.
@@ -182,15 +182,12 @@ impl InboundHandler for Dokodemo {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.level(self.level).conn_idle;
+        let idle = ctx.services.level(self.level).conn_idle;
         let dest = self.dest(&Endpoint::Ip(socket.local_addr()?))?;
-        let nat = UdpNat::new(
-            ctx.dispatcher.clone(),
-            Arc::new(Reply(socket.clone())),
-            idle,
-            ctx.traffic.clone(),
-            ctx.sniffing.clone(),
-        );
+        let nat = ctx
+            .services
+            .clone()
+            .udp_sessions(Arc::new(Reply(socket.clone())), idle, &ctx);
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {
             let (n, from) = socket.recv_from(&mut buf).await?;

@@ -15,6 +15,7 @@ pub mod shadowsocks;
 pub mod shadowsocksr;
 pub mod socks;
 pub mod trojan;
+pub mod udp;
 pub mod vless;
 pub mod vmess;
 
@@ -23,7 +24,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::app::dispatcher::Dispatcher;
+use crate::app::policy::LevelPolicy;
 use crate::common::{Destination, Network};
 use crate::config::{Diagnostics, Obj};
 pub use crate::session::{ConnInfo, Endpoint, Session, User};
@@ -39,12 +40,33 @@ pub struct InboundCtx {
     pub tag: Arc<str>,
     /// Endpoints and what the acceptor chain learned (SNI, ALPN, path).
     pub info: ConnInfo,
-    /// Policy, access log and timeouts (an inbound never routes or dials itself).
-    pub dispatcher: Arc<Dispatcher>,
+    /// Policy, access log, refusal counts and UDP sessions (an inbound never routes or dials
+    /// itself): the dispatcher's.
+    pub services: Arc<dyn Services>,
     /// This inbound's counters.
     pub traffic: Arc<crate::session::Traffic>,
     /// The inbound's `sniffing`, when enabled.
-    pub sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
+    pub sniffing: Option<Arc<crate::sniffing::Sniffing>>,
+}
+
+/// What an inbound gets from the layers above it (the dispatcher provides it).
+pub trait Services: Send + Sync + 'static {
+    /// The handshake timeout (level 0's, until a user is known).
+    fn handshake_timeout(&self) -> std::time::Duration;
+    /// A user level's policy.
+    fn level(&self, level: u32) -> LevelPolicy;
+    /// Writes a refused client to the access log.
+    fn rejected(&self, source: &Endpoint, why: &str);
+    /// Counts a refused handshake of inbound `tag` by `reason` (when stats are on).
+    fn count_reject(&self, tag: &str, reason: &'static str);
+    /// A table of UDP sessions for the datagram inbound of `ctx`, replies going through
+    /// `reply`, sessions idle after `idle`.
+    fn udp_sessions(
+        self: Arc<Self>,
+        reply: Arc<dyn udp::UdpReply>,
+        idle: std::time::Duration,
+        ctx: &InboundCtx,
+    ) -> Arc<dyn udp::UdpSessions>;
 }
 
 impl InboundCtx {
@@ -70,9 +92,7 @@ impl InboundCtx {
             self.tag,
             self.info.source
         );
-        if let Some(st) = &self.dispatcher.stats {
-            st.rejects.count(&self.tag, reason);
-        }
+        self.services.count_reject(&self.tag, reason);
     }
 }
 
@@ -103,7 +123,7 @@ pub enum Accepted {
 pub trait InboundHandler: Send + Sync + 'static {
     /// Reads the protocol header from `stream` and says what to forward. Errors are logged by
     /// the caller; the handler enforces its own handshake timeout
-    /// ([`Dispatcher::handshake_timeout`]).
+    /// ([`Services::handshake_timeout`]).
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted>;
 
     /// The networks this inbound listens on (dokodemo-door can ask for UDP).

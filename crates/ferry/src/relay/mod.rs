@@ -87,6 +87,32 @@ impl Default for RelayOpts {
     }
 }
 
+impl RelayOpts {
+    /// The relay options a user level's policy asks for.
+    pub fn for_level(level: &crate::app::policy::LevelPolicy) -> RelayOpts {
+        // Unset, the relay's defaults: copy buffers from 32 KiB growing to 256 KiB under bulk
+        // traffic (512 KiB into a plain socket from a local reader), splice where it can.
+        let d = RelayOpts::default();
+        // Xray's bufferSize bounds what one connection buffers: it is the largest any of our
+        // copy buffers grows to.
+        let (buffer, local_buffer) = match level.buffer_size {
+            Some(n) => {
+                let b = pool::Adaptive::new(pool::DEFAULT_SIZE, n.min(pool::DEFAULT_SIZE), n);
+                (b, b)
+            }
+            None => (d.buffer, d.local_buffer),
+        };
+        RelayOpts {
+            conn_idle: level.conn_idle,
+            uplink_only: level.uplink_only,
+            downlink_only: level.downlink_only,
+            buffer,
+            local_buffer,
+            ..d
+        }
+    }
+}
+
 /// Live byte counters a relay adds to: uplink is client -> server.
 #[derive(Clone, Default, Debug)]
 pub struct Counters {

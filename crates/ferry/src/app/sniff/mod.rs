@@ -7,13 +7,14 @@ pub mod io;
 pub mod quic;
 pub mod tls;
 
+/// The settings (below the layers that sniff: inbounds carry them).
+pub use crate::sniffing::Sniffing;
+
 use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::app::dns::fake::FakeDns;
-use crate::app::router::{DomainSet, IpSet};
 use crate::common::{Address, Destination};
-use crate::config::reader::{self, ConfigError, Obj, Result};
 
 pub use crate::session::Sniffed;
 
@@ -146,54 +147,7 @@ impl Loop {
     }
 }
 
-/// An inbound's `sniffing` object.
-#[derive(Debug, Clone, Default)]
-pub struct Sniffing {
-    /// `http`, `tls`, `quic`, `fakedns` (aliases mapped).
-    pub dest_override: Vec<&'static str>,
-    pub metadata_only: bool,
-    pub route_only: bool,
-    pub domains_excluded: Option<DomainSet>,
-    pub ips_excluded: Option<IpSet>,
-}
-
 impl Sniffing {
-    /// Reads `sniffing`; `None` when it is absent or not enabled.
-    pub fn parse(o: &Obj<'_>) -> Result<Option<Sniffing>> {
-        let enabled = o.bool("enabled")?.unwrap_or(false);
-        let mut s = Sniffing::default();
-        if let Some((p, v)) = o.get("destOverride") {
-            for (i, x) in reader::as_str_list(v, &p)?.iter().enumerate() {
-                let d = match x.to_ascii_lowercase().as_str() {
-                    "http" => "http",
-                    "tls" | "https" | "ssl" => "tls",
-                    "quic" => "quic",
-                    "fakedns" | "fakedns+others" => "fakedns",
-                    other => {
-                        return Err(ConfigError::new(
-                            format!("{p}[{i}]"),
-                            format!("unknown sniffing protocol {other:?}"),
-                        ))
-                    }
-                };
-                if !s.dest_override.contains(&d) {
-                    s.dest_override.push(d);
-                }
-            }
-        }
-        s.metadata_only = o.bool("metadataOnly")?.unwrap_or(false);
-        s.route_only = o.bool("routeOnly")?.unwrap_or(false);
-        if let Some((p, v)) = o.get("domainsExcluded") {
-            let list = reader::as_str_list(v, &p)?;
-            s.domains_excluded = Some(DomainSet::parse(&list, &p)?);
-        }
-        if let Some((p, v)) = o.get("ipsExcluded") {
-            let list = reader::as_str_list(v, &p)?;
-            s.ips_excluded = Some(IpSet::parse(&list, &p)?);
-        }
-        Ok(enabled.then_some(s))
-    }
-
     /// Whether `found` replaces the destination `dest` (routing.md §3.2 step 5); `in_pool`:
     /// `dest` is a FakeDNS address.
     pub fn overrides(&self, found: &Sniffed, dest: &Destination, in_pool: bool) -> bool {

@@ -102,8 +102,7 @@ impl HttpInbound {
             });
             let Some(known) = known else {
                 let _ = r.write_all(codec::RESP_407).await;
-                ctx.dispatcher
-                    .access
+                ctx.services
                     .rejected(&ctx.info.source, "http: invalid user");
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,
@@ -143,7 +142,7 @@ impl HttpInbound {
 #[async_trait]
 impl InboundHandler for HttpInbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
-        let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let deadline = Instant::now() + ctx.services.handshake_timeout();
         let r = HeadReader::new(stream, codec::MAX_HEAD + 1);
         self.serve(r, ctx, deadline).await
     }

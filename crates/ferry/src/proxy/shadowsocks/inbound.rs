@@ -349,12 +349,8 @@ impl Inbound {
         mut stream: BoxStream,
         ctx: &InboundCtx,
     ) -> io::Result<Option<(crate::proxy::Session, BoxStream)>> {
-        let limit = ctx.dispatcher.handshake_timeout();
-        let idle = ctx
-            .dispatcher
-            .level(0)
-            .conn_idle
-            .max(Duration::from_secs(1));
+        let limit = ctx.services.handshake_timeout();
+        let idle = ctx.services.level(0).conn_idle.max(Duration::from_secs(1));
         let acc = match tokio::time::timeout(limit, self.handshake(&mut stream)).await {
             Ok(Ok(a)) => a,
             // A 2022 header that fails (except by the client closing) is answered with an

@@ -15,8 +15,8 @@ use super::aead::Error;
 use super::cipher::{Kind, Method};
 use super::udp::{self, SessionTable};
 use super::{Account, ServerConfig};
-use crate::app::udp::{NatKey, UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::{Destination, Network};
+use crate::proxy::udp::{NatKey, UdpReply, MAX_DATAGRAM};
 use crate::proxy::InboundCtx;
 use crate::registry::Users;
 
@@ -40,7 +40,7 @@ impl<'a> UdpServer<'a> {
 
     /// Serves client packets from `socket` until it fails.
     pub async fn serve(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.level(0).conn_idle;
+        let idle = ctx.services.level(0).conn_idle;
         // Per-client state lives as long as the NAT keeps an idle session (zero: 5 minutes).
         let keep = if idle.is_zero() {
             Duration::from_secs(300)
@@ -56,13 +56,7 @@ impl<'a> UdpServer<'a> {
             method: self.cfg.method,
             peers: Mutex::new(SessionTable::new(keep)),
         });
-        let nat = UdpNat::new(
-            ctx.dispatcher.clone(),
-            reply.clone(),
-            idle,
-            ctx.traffic.clone(),
-            ctx.sniffing.clone(),
-        );
+        let nat = ctx.services.clone().udp_sessions(reply.clone(), idle, &ctx);
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut scratch = Vec::new();
         loop {

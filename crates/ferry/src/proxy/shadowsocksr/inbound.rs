@@ -25,12 +25,12 @@ use super::protocol::{self, Protocol, ServerShared, SsrUser};
 use super::stream::{Parts, SsrStream};
 use super::util::{codec_error, random_bytes, Error};
 use super::{parse_server, udp, ServerConfig};
-use crate::app::udp::{UdpNat, UdpReply, MAX_DATAGRAM};
 use crate::common::addr::socks;
 use crate::common::{Destination, Network};
 use crate::config::reader::{Obj, Result};
 use crate::proxy::shadowsocks::inbound::drain;
 use crate::proxy::shadowsocks::udp::SessionTable;
+use crate::proxy::udp::{UdpReply, MAX_DATAGRAM};
 use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::CounterSource;
 use crate::transport::BoxStream;
@@ -99,12 +99,8 @@ impl Inbound {
     }
 
     async fn accept_tcp(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
-        let limit = ctx.dispatcher.handshake_timeout();
-        let idle = ctx
-            .dispatcher
-            .level(0)
-            .conn_idle
-            .max(Duration::from_secs(1));
+        let limit = ctx.services.handshake_timeout();
+        let idle = ctx.services.level(0).conn_idle.max(Duration::from_secs(1));
         let mut s = SsrStream::server(stream, self.parts())?;
         if self.cfg.redirect.is_some() {
             s.start_recording();
@@ -193,7 +189,7 @@ impl InboundHandler for Inbound {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let idle = ctx.dispatcher.level(0).conn_idle;
+        let idle = ctx.services.level(0).conn_idle;
         let keep = if idle.is_zero() {
             Duration::from_secs(300)
         } else {
@@ -206,13 +202,7 @@ impl InboundHandler for Inbound {
             key: self.key.clone(),
             peers: Mutex::new(SessionTable::new(keep)),
         });
-        let nat = UdpNat::new(
-            ctx.dispatcher.clone(),
-            reply.clone(),
-            idle,
-            ctx.traffic.clone(),
-            ctx.sniffing.clone(),
-        );
+        let nat = ctx.services.clone().udp_sessions(reply.clone(), idle, &ctx);
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {
             let (n, from) = socket.recv_from(&mut buf).await?;

@@ -78,7 +78,7 @@ enum Next {
 #[async_trait]
 impl InboundHandler for SocksInbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
-        let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let deadline = Instant::now() + ctx.services.handshake_timeout();
         let mut stream = stream;
         let mut first = [0u8; 1];
         let n = match timeout_at(deadline, stream.read(&mut first)).await {
@@ -147,8 +147,7 @@ impl SocksInbound {
             let name = String::from_utf8_lossy(&name).into_owned();
             let Some(known) = self.accounts.check(&name, &pass) else {
                 r.write_all(&[1, 0xff]).await?;
-                ctx.dispatcher
-                    .access
+                ctx.services
                     .rejected(&ctx.info.source, "socks5: invalid user");
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,

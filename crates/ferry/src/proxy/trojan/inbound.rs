@@ -46,7 +46,7 @@ impl Inbound {
 #[async_trait]
 impl InboundHandler for Inbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
-        let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let deadline = Instant::now() + ctx.services.handshake_timeout();
         let mut r = HeadReader::new(stream, MAX_HEADER);
         let fbs = self.fallbacks.as_deref();
         // As Xray, with or without fallbacks: one read decides; too short for a Trojan request,

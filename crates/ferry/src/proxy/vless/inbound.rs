@@ -56,7 +56,7 @@ impl Inbound {
 #[async_trait]
 impl InboundHandler for Inbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
-        let deadline = Instant::now() + ctx.dispatcher.handshake_timeout();
+        let deadline = Instant::now() + ctx.services.handshake_timeout();
         let mut stream = stream;
         if let Some(tls) = stream.outer_tls() {
             // Until the header says whether this is Vision, decrypt nothing past the record

@@ -315,7 +315,7 @@ impl Inbound {
         mut stream: BoxStream,
         ctx: &InboundCtx,
     ) -> io::Result<Option<(crate::proxy::Session, VmessStream)>> {
-        let limit = ctx.dispatcher.handshake_timeout();
+        let limit = ctx.services.handshake_timeout();
         let deadline = tokio::time::Instant::now() + limit;
         let mut buf = Vec::with_capacity(512);
         let accounts = self.accounts.load();
