@@ -2,6 +2,7 @@
 
 pub mod addr;
 pub mod ct;
+pub mod dns_message;
 pub mod http1;
 pub mod json;
 pub mod own;

@@ -28,11 +28,10 @@ use tokio::sync::{mpsc, OnceCell};
 use tokio::task::JoinSet;
 
 use super::{OutboundBuild, OutboundHandler, PacketConn};
-use crate::app::dns::message::{self, Query, A, AAAA};
-use crate::app::dns::{Dns, Families};
-use crate::app::router::{DomainSet, DomainType};
+use crate::common::dns_message::{self as message, Answer, Query, A, AAAA};
 use crate::common::{Address, Destination, Network};
 use crate::config::reader::{self, ConfigError, Obj, Result};
+use crate::matchers::{DomainSet, DomainType};
 use crate::transport::{BoxStream, Dialer};
 
 /// Replies waiting for the client, per session.
@@ -74,7 +73,7 @@ impl Rule {
 }
 
 pub struct DnsOutbound {
-    dns: Arc<Dns>,
+    dns: Arc<dyn Resolve>,
     rules: Vec<Rule>,
     network: Option<Network>,
     address: Option<Address>,
@@ -328,13 +327,18 @@ impl DnsOutbound {
     }
 }
 
+/// The instance's resolver (the `dns` object's, FakeDNS included) as this outbound asks it:
+/// `app::dns` provides it.
+#[async_trait]
+pub trait Resolve: Send + Sync {
+    /// The addresses of `name` of the families a query asks (`v4`: A, `v6`: AAAA), or `None`
+    /// when the lookup got no verdict.
+    async fn answer(&self, name: &str, v4: bool, v6: bool) -> Option<Answer>;
+}
+
 /// The answer to a hijacked query, or `None` when the lookup got no verdict.
-async fn lookup(dns: &Dns, q: Query) -> Option<Vec<u8>> {
-    let fam = Families {
-        v4: q.qtype == A,
-        v6: q.qtype == AAAA,
-    };
-    match dns.resolve_allowing_fake(&q.name, fam).await {
+async fn lookup(dns: &dyn Resolve, q: Query) -> Option<Vec<u8>> {
+    match dns.answer(&q.name, q.qtype == A, q.qtype == AAAA).await {
         Some(a) => Some(message::reply(&q, a.rcode, &a.ips, a.ttl)),
         None => {
             tracing::info!("dns out: no answer for {} (type {})", q.name, q.qtype);
@@ -481,7 +485,7 @@ impl Session {
                 }
                 let (dns, tx) = (self.out.dns.clone(), self.replies.clone());
                 spawn(&self.tasks, async move {
-                    if let Some(r) = lookup(&dns, q).await {
+                    if let Some(r) = lookup(&*dns, q).await {
                         let _ = tx.send(r).await;
                     }
                 });

@@ -185,7 +185,7 @@ pub struct OutboundBuild<'a> {
     /// The outbound's stream settings (what is under the protocol).
     pub stream: &'a crate::transport::StreamSettings,
     /// The resolver of the `dns` object (the system's without one): the `dns` outbound's.
-    pub dns: Arc<crate::app::dns::Dns>,
+    pub dns: Arc<dyn dns::Resolve>,
 }
 
 pub type InboundBuilder =

@@ -13,7 +13,8 @@
 
 pub mod doh;
 pub mod fake;
-pub mod message;
+/// The DNS message codec (in `common`: the DNS outbound reads and writes messages too).
+pub use crate::common::dns_message as message;
 mod resolve;
 
 use std::io;
@@ -30,7 +31,8 @@ use crate::common::Destination;
 use crate::config::reader::{self, ConfigError, Obj, Result};
 use crate::transport::{BoxStream, PacketConn};
 
-pub use resolve::{Answer, Dns};
+pub use crate::common::dns_message::Answer;
+pub use resolve::Dns;
 
 /// Which address families a lookup asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

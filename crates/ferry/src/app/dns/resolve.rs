@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fake::FakeDns;
 use super::message::{self, A, AAAA};
-use super::{Families, HostRule, HostValue, Route, Server, Transport};
+use super::{Answer, Families, HostRule, HostValue, Route, Server, Transport};
 use crate::app::router::{Assets, DomainSet, DomainType};
 use crate::common::{Address, Destination};
 use crate::transport::BoxStream;
@@ -35,15 +35,6 @@ type CacheKey = (usize, String, u16);
 
 /// A cached answer: when it expires, its addresses and its rcode.
 type Cached = (Instant, Vec<IpAddr>, u8);
-
-/// What a lookup found, for the DNS outbound's replies: the addresses (none for NXDOMAIN,
-/// NODATA or an empty `hosts` entry), the TTL to give them, and the rcode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    pub ips: Vec<IpAddr>,
-    pub ttl: u32,
-    pub rcode: u8,
-}
 
 impl Answer {
     pub(crate) fn empty(rcode: u8) -> Answer {
@@ -548,5 +539,12 @@ async fn system(name: &str, want: Families) -> Vec<IpAddr> {
             v
         }
         _ => Vec::new(),
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::proxy::dns::Resolve for Dns {
+    async fn answer(&self, name: &str, v4: bool, v6: bool) -> Option<Answer> {
+        self.resolve_allowing_fake(name, Families { v4, v6 }).await
     }
 }

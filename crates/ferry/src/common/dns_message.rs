@@ -284,6 +284,15 @@ pub fn reply(q: &Query, rcode: u8, ips: &[IpAddr], ttl: u32) -> Vec<u8> {
     m
 }
 
+/// What a lookup found, for the DNS outbound's replies: the addresses (none for NXDOMAIN,
+/// NODATA or an empty `hosts` entry), the TTL to give them, and the rcode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub ips: Vec<IpAddr>,
+    pub ttl: u32,
+    pub rcode: u8,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
