@@ -6,26 +6,9 @@
 use std::io;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-
+pub use super::layer::Layer;
 use super::{tcp::SockOpts, BoxStream, ChainDialer, Dialer, SocketDialer};
-use crate::common::Destination;
 use crate::session::ConnInfo;
-
-/// One layer of a connection (PROXY protocol, TLS, WebSocket, ...).
-#[async_trait]
-pub trait Layer: Send + Sync + 'static {
-    /// Server side: wraps an accepted stream, recording what it learns in `info`.
-    async fn accept(&self, stream: BoxStream, info: &mut ConnInfo) -> io::Result<BoxStream>;
-    /// Client side: wraps a dialed stream to `server`.
-    async fn connect(&self, stream: BoxStream, server: &Destination) -> io::Result<BoxStream>;
-    /// Whether the server side's accept ends when its peers decide, outside the inbound's
-    /// handshake timeout: REALITY, whose strangers the target website times as it would
-    /// time them itself (Xray sets no deadline of its own there either).
-    fn times_itself(&self) -> bool {
-        false
-    }
-}
 
 /// `streamSettings.network`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

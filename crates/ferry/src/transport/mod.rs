@@ -12,6 +12,7 @@ pub mod grpc;
 pub mod head;
 pub mod http_header;
 pub mod httpupgrade;
+pub mod layer;
 pub mod listener;
 pub mod prefixed;
 pub mod proxy_protocol;
@@ -37,7 +38,8 @@ use tokio::net::{TcpStream, UnixStream};
 use crate::common::{Address, Destination};
 use crate::session::Session;
 
-pub use chain::{Layer, StreamSettings};
+pub use chain::StreamSettings;
+pub use layer::Layer;
 pub use listener::Listener;
 pub use prefixed::Prefixed;
 pub use read_ahead::ReadAhead;
