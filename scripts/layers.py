@@ -61,8 +61,6 @@ LAYERS = {
         ("app::router", 5),
         ("app::observatory", 5),
         ("app::sniff", 5),
-        ("app::udp", 5),
-        ("app::mux", 5),
         ("app::log", 5),
         ("app::mask", 5),
         ("registry", 5),

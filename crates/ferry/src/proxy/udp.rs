@@ -1,4 +1,4 @@
-//! What a datagram inbound needs of the UDP session table above it (`app::udp` has the table):
+//! What a datagram inbound needs of the UDP session table above it (the dispatcher's `udp` has the table):
 //! how it sends a reply in its own framing, how sessions are keyed, and the table's two calls.
 
 use std::io;

@@ -1,6 +1,11 @@
 //! The dispatcher: the one place that acts on what an inbound accepted. It routes a session,
 //! dials its outbound, and relays with live counters (or serves its packets).
 
+pub mod fallback;
+pub mod mux;
+mod services;
+pub mod udp;
+
 use std::io;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -10,15 +15,11 @@ use crate::app::log::AccessLog;
 use crate::app::policy::Policy;
 use crate::app::router::Router;
 use crate::app::stats::Stats;
-use async_trait::async_trait;
 
-use crate::app::dns::Route;
-use crate::common::{Destination, Network};
 use crate::proxy::freedom::{describe, Blocked};
-use crate::proxy::{Accepted, InboundCtx, InboundHandler, OutboundHandler, PacketConn, Session};
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, PacketConn, Session};
 use crate::registry::{OutboundEntry, Outbounds, Swap};
 use crate::relay::{self, Counters, RelayStats};
-use crate::session::Endpoint;
 use crate::session::Traffic;
 use crate::transport::BoxStream;
 
@@ -33,17 +34,7 @@ pub struct Dispatcher {
     pub access: AccessLog,
     /// The instance's running inbounds: a fallback whose destination is one of them is handed
     /// over in-process (weak: the inbounds hold the dispatcher).
-    pub local: std::sync::Weak<crate::app::instance::RunningInbounds>,
-}
-
-/// How many fallbacks one connection may take in-process (one inbound of this instance handing
-/// it to another) before the next goes through a socket, as every fallback does in Xray: a
-/// config whose fallbacks loop then loops through sockets as it would in Xray, not in one task.
-const LOCAL_HOPS: u8 = 4;
-
-tokio::task_local! {
-    /// In-process fallback hops of the connection this task serves.
-    static HOPS: u8;
+    pub local: std::sync::Weak<dyn fallback::LocalInbounds>,
 }
 
 /// Sniffs a stream session when its inbound asks (the future is boxed: most connections
@@ -263,7 +254,7 @@ impl Dispatcher {
                     .map(|_| ())
             }
             Accepted::Packets(session, client) => {
-                crate::app::udp::serve_packets_sniffed(
+                udp::serve_packets_sniffed(
                     self,
                     session,
                     client,
@@ -273,7 +264,7 @@ impl Dispatcher {
                 .await
             }
             Accepted::Mux(session, stream) => {
-                crate::app::mux::serve(
+                mux::serve(
                     self.clone(),
                     session,
                     stream,
@@ -287,152 +278,6 @@ impl Dispatcher {
             }
             Accepted::Done => Ok(()),
         }
-    }
-
-    /// Relays a connection that is not the inbound's protocol to its fallback: dialed as Xray
-    /// does (up to five retries, backing off from 100 ms), a PROXY header first when `xver`
-    /// asks, then every byte the client sent. `closes`: the client is closed when the fallback
-    /// ends (else held `uplinkOnly`, without a FIN, as Xray holds a raw or REALITY client).
-    async fn fall_back(
-        &self,
-        client: BoxStream,
-        fb: &crate::proxy::fallback::Fallback,
-        closes: bool,
-        ctx: &InboundCtx,
-    ) -> io::Result<()> {
-        use crate::transport::Dialer;
-        use tokio::io::AsyncWriteExt;
-        // The PROXY header `xver` asks for, with the client's own addresses.
-        let header = (fb.xver > 0).then(|| {
-            crate::transport::proxy_protocol::encode(fb.xver, &ctx.info.source, &ctx.info.local)
-        });
-        let hops = HOPS.try_with(|h| *h).unwrap_or(0);
-        if hops < LOCAL_HOPS {
-            if let Some((serve, local)) = self.local_inbound(&fb.dest) {
-                // The header goes first, as it would on a dialed socket.
-                let stream: BoxStream = match header {
-                    Some(h) => {
-                        Box::new(crate::transport::prefixed::Prefixed::new(h.into(), client))
-                    }
-                    None => client,
-                };
-                // Boxed: every connection's future would otherwise carry this path's state.
-                let local = self.fall_back_locally(stream, fb, ctx, serve, local, hops);
-                return Box::pin(local).await;
-            }
-        }
-        let dialer = crate::transport::SocketDialer {
-            opts: Default::default(),
-        };
-        let mut delay = Duration::from_millis(100);
-        let mut attempt = 0;
-        let mut server = loop {
-            match dialer.dial_tcp(&fb.dest).await {
-                Ok(s) => break s,
-                Err(e) if attempt < 5 => {
-                    tracing::debug!("[{}] fallback {}: {e}; retrying", ctx.tag, fb.dest);
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                    attempt += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "[{}] connection from {}: fallback {} unreachable: {e}",
-                        ctx.tag,
-                        ctx.info.source,
-                        fb.dest
-                    );
-                    return Ok(());
-                }
-            }
-        };
-        if let Some(h) = header {
-            server.write_all(&h).await?;
-        }
-        tracing::info!(
-            "[{}] connection from {} to fallback {}",
-            ctx.tag,
-            ctx.info.source,
-            fb.dest
-        );
-        let level = self.level(0);
-        let opts = crate::relay::RelayOpts {
-            fin_to_client: closes,
-            ..relay::RelayOpts::for_level(&level)
-        };
-        let counters = crate::relay::Counters::default();
-        crate::relay::run(client, server, &opts, &counters).await.1
-    }
-
-    /// The inbound of this instance that a connection dialed to `dest` would reach, and the
-    /// local endpoint it would arrive on: a TCP listener on that port and address (or on the
-    /// unspecified address, for a loopback `dest`), or the same unix path or abstract name.
-    fn local_inbound(
-        &self,
-        dest: &Destination,
-    ) -> Option<(Arc<crate::app::instance::Serve>, Endpoint)> {
-        use crate::common::Address;
-        let inbounds = self.local.upgrade()?;
-        let running = inbounds.load();
-        for ib in running.iter() {
-            for (net, bound) in &ib.bound {
-                if *net != Network::Tcp {
-                    continue;
-                }
-                let hit = match (bound, &dest.addr) {
-                    (Endpoint::Ip(a), Address::Ip(ip)) if a.port() == dest.port => {
-                        let same_family = a.is_ipv4() == ip.is_ipv4() || a.is_ipv6();
-                        (a.ip() == *ip || (a.ip().is_unspecified() && ip.is_loopback()))
-                            && same_family
-                    }
-                    (Endpoint::Unix(path), Address::Domain(d)) if dest.port == 0 => {
-                        crate::transport::listener::unix_text_without_mode(path) == &**d
-                    }
-                    _ => false,
-                };
-                if hit {
-                    let local = match (bound, &dest.addr) {
-                        (Endpoint::Ip(a), Address::Ip(ip)) => {
-                            Endpoint::Ip(std::net::SocketAddr::new(*ip, a.port()))
-                        }
-                        _ => bound.clone(),
-                    };
-                    return Some((ib.serve.clone(), local));
-                }
-            }
-        }
-        None
-    }
-
-    /// A fallback to an inbound of this instance: the connection (`stream`: the PROXY header
-    /// first when `xver` asks, then the client's bytes) goes to it in-process, as if it had been
-    /// dialed and accepted (the inbound's transport layers, PROXY parsing and protocol run as for
-    /// any connection), without the loopback socket, its two copies and a second relay.
-    async fn fall_back_locally(
-        &self,
-        stream: BoxStream,
-        fb: &crate::proxy::fallback::Fallback,
-        ctx: &InboundCtx,
-        serve: Arc<crate::app::instance::Serve>,
-        local: Endpoint,
-        hops: u8,
-    ) -> io::Result<()> {
-        // Who the inbound sees: a dialed connection's source is the loopback address it went
-        // to (unix: the socket's own name, as an accepted unix connection shows).
-        let source = match &local {
-            Endpoint::Ip(a) => Endpoint::Ip(std::net::SocketAddr::new(a.ip(), 0)),
-            unix => unix.clone(),
-        };
-        tracing::info!(
-            "[{}] connection from {} to fallback {} (in-process)",
-            ctx.tag,
-            ctx.info.source,
-            fb.dest
-        );
-        let ctx = serve.ctx(crate::session::ConnInfo::new(source, local));
-        let live = serve.live_guard();
-        Box::pin(HOPS.scope(hops + 1, serve.serve_conn(stream, ctx, live))).await;
-        Ok(())
     }
 
     /// Routes, dials and relays one TCP session to its end. `stream` is the client side,
@@ -524,42 +369,6 @@ impl Dispatcher {
     }
 }
 
-impl crate::proxy::Services for Dispatcher {
-    fn handshake_timeout(&self) -> Duration {
-        Dispatcher::handshake_timeout(self)
-    }
-
-    fn level(&self, level: u32) -> crate::app::policy::LevelPolicy {
-        Dispatcher::level(self, level)
-    }
-
-    fn rejected(&self, source: &Endpoint, why: &str) {
-        self.access.rejected(source, why);
-    }
-
-    fn count_reject(&self, tag: &str, reason: &'static str) {
-        if let Some(st) = &self.stats {
-            st.rejects.count(tag, reason);
-        }
-    }
-
-    fn udp_sessions(
-        self: Arc<Self>,
-        reply: Arc<dyn crate::proxy::udp::UdpReply>,
-        idle: Duration,
-        ctx: &InboundCtx,
-    ) -> Arc<dyn crate::proxy::udp::UdpSessions> {
-        let nat = crate::app::udp::UdpNat::new(
-            self,
-            reply,
-            idle,
-            ctx.traffic.clone(),
-            ctx.sniffing.clone(),
-        );
-        Arc::new(crate::app::udp::NatHandle(nat))
-    }
-}
-
 /// A session freedom refused: no dial; what the client sends is read and discarded for the
 /// refusal's delay (or until the client closes), then the connection closes, as Xray's freedom
 /// blackholes a blocked target (a prober learns nothing from when the server gives up).
@@ -604,75 +413,4 @@ async fn blackhole(
         down_spliced: false,
         timed_out: None,
     })
-}
-
-impl Dispatcher {
-    /// Routes a connection of the DNS module (inbound tag `tag`) to `dest` without resolving
-    /// it (the resolver would ask itself), and gives the dialer that carries it: the picked
-    /// outbound, or, when that is a `dns` outbound, its upstream (the module's own queries
-    /// are forwarded, never answered by the outbound: routing.md §4.8).
-    fn dns_dialer(
-        &self,
-        tag: &str,
-        dest: &Destination,
-        network: Network,
-    ) -> io::Result<(Arc<dyn OutboundHandler>, Destination)> {
-        let s = Session {
-            inbound_tag: tag.into(),
-            source: Endpoint::Ip(([0, 0, 0, 0], 0).into()),
-            local: Endpoint::Ip(([0, 0, 0, 0], 0).into()),
-            dest: dest.clone(),
-            network,
-            user: None,
-            protocol: "dns",
-            sniffed: None,
-        };
-        let router = self.router.load();
-        let (outbound, routed) = self.outbound_for(&router, router.route_unresolved(&s), &s)?;
-        self.access.accepted(&s, &outbound.tag, routed);
-        tracing::debug!("dns: query to {dest} over {network} via {}", outbound.tag);
-        Ok(match outbound.handler.dns_forward(dest) {
-            Some(forward) => forward,
-            None => (outbound.handler.clone(), dest.clone()),
-        })
-    }
-}
-
-#[async_trait]
-impl Route for Dispatcher {
-    async fn dial_tcp(&self, tag: &str, dest: &Destination) -> io::Result<BoxStream> {
-        let (d, dest) = self.dns_dialer(tag, dest, Network::Tcp)?;
-        d.dial_tcp(&dest).await
-    }
-
-    async fn dial_udp(&self, tag: &str, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
-        let (d, to) = self.dns_dialer(tag, dest, Network::Udp)?;
-        let pc = d.dial_udp(&to).await?;
-        if &to == dest {
-            return Ok(pc);
-        }
-        Ok(Box::new(Redirected { pc, to }))
-    }
-}
-
-/// A packet channel whose datagrams go to `to` whatever destination they are sent to (the
-/// `dns` outbound's upstream in place of the server the module asked).
-struct Redirected {
-    pc: Box<dyn PacketConn>,
-    to: Destination,
-}
-
-#[async_trait]
-impl PacketConn for Redirected {
-    async fn send_to(&self, data: &[u8], _dest: &Destination) -> io::Result<()> {
-        self.pc.send_to(data, &self.to).await
-    }
-
-    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, Destination)> {
-        self.pc.recv_from(buf).await
-    }
-
-    async fn ready(&self) -> io::Result<()> {
-        self.pc.ready().await
-    }
 }

@@ -1,5 +1,7 @@
 //! A running Ferry: listeners bound from the config, the dispatcher behind them, and graceful stop.
 
+mod local;
+
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -193,7 +195,10 @@ impl Instance {
             policy: Swap::new(cfg.policy.clone()),
             stats: stats.clone(),
             access,
-            local: Arc::downgrade(&inbounds),
+            local: {
+                let weak: std::sync::Weak<RunningInbounds> = Arc::downgrade(&inbounds);
+                weak
+            },
         });
         // Routed DNS servers are dialed through the dispatcher (a weak handle: the dispatcher
         // owns the resolver through its router).

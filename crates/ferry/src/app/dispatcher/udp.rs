@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::app::dispatcher::Dispatcher;
+use super::Dispatcher;
 use crate::common::Destination;
 pub use crate::proxy::udp::{NatKey, UdpReply, UdpSessions, MAX_DATAGRAM};
 use crate::proxy::{PacketConn, Session};

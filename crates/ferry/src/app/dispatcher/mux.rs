@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::app::dispatcher::Dispatcher;
+use super::Dispatcher;
 use crate::common::Network;
 use crate::proxy::mux::frame::Meta;
 use crate::proxy::mux::link::{write_frames, FrameReader, Link};
@@ -162,8 +162,7 @@ impl Server {
                     let tag = s.inbound_tag.clone();
                     let sniff = sniffing.as_deref();
                     if let Err(e) =
-                        crate::app::udp::serve_packets_sniffed(&d, s, Box::new(p), &inbound, sniff)
-                            .await
+                        super::udp::serve_packets_sniffed(&d, s, Box::new(p), &inbound, sniff).await
                     {
                         tracing::debug!("[{tag}] mux udp session {} ended: {e}", meta.id);
                     }
