@@ -501,7 +501,7 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
         // Installed before the start line, so a panel's SIGHUP right after it is not fatal.
         let mut term = signal(SignalKind::terminate()).ok();
         let mut hup = signal(SignalKind::hangup()).ok();
-        let mut inst = match Instance::start(cfg).await {
+        let mut inst = match ferry::app::api::start_instance(cfg).await {
             Ok(i) => i,
             Err(e) => {
                 eprintln!("error: {e}");

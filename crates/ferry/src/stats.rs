@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// A named set of live counters.
@@ -240,6 +240,14 @@ impl Stats {
             })
             .collect()
     }
+}
+
+/// Connections being served in the process (every instance), for the metrics endpoint.
+pub(crate) static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Connections being served now, process-wide.
+pub fn live_connections() -> usize {
+    CONNECTIONS.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub fn process_gauges() -> Vec<(&'static str, &'static str, u64)> {
         (
             "connections",
             "Inbound connections being served.",
-            crate::app::instance::live_connections() as u64,
+            crate::stats::live_connections() as u64,
         ),
         (
             "relays",

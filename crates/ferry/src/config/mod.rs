@@ -4,6 +4,7 @@
 //! frame around them (`inbounds`, `outbounds`, `routing`, `policy`, `stats`), and
 //! [`services`] reads `log`, `metrics` and `api`.
 
+pub mod api;
 /// The JSON reader and comment stripper (in `common`: every layer parses its own settings).
 pub use crate::common::{json, reader};
 pub mod reality;
@@ -74,7 +75,7 @@ pub struct Config {
     /// Resolves the counters of inbounds, outbounds and users.
     pub counters: CounterSource,
     /// The gRPC API (`api`), when configured.
-    pub api: Option<crate::app::api::ApiConfig>,
+    pub api: Option<api::ApiConfig>,
 }
 
 /// Merges several config files the way Xray does (untitled sources; see [`merge_named`]).

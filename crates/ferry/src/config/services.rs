@@ -57,7 +57,7 @@ pub fn parse_services(
     _diag: &Diagnostics,
 ) -> reader::Result<(
     Option<SocketAddr>,
-    Option<crate::app::api::ApiConfig>,
+    Option<super::api::ApiConfig>,
     Vec<ServiceOutbound>,
 )> {
     // `metrics.tag` (and `api.tag`) name outbounds a routing rule can send connections to.
@@ -102,7 +102,7 @@ pub fn parse_services(
     };
     let api = match root.obj("api")? {
         Some(a) => {
-            let (cfg, out) = crate::app::api::parse(&a)?;
+            let (cfg, out) = super::api::parse(&a)?;
             special_outbounds.push((a.key_path("tag"), cfg.tag.clone(), "api", out));
             a.finish();
             Some(cfg)

@@ -459,5 +459,5 @@ pub async fn echo_server_async() -> SocketAddr {
 pub async fn start_instance(v: serde_json::Value) -> ferry::app::instance::Instance {
     let cfg =
         ferry::config::Config::from_value(&v, &ferry::config::Diagnostics::default()).unwrap();
-    ferry::app::instance::Instance::start(cfg).await.unwrap()
+    ferry::app::api::start_instance(cfg).await.unwrap()
 }

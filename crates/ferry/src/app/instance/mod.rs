@@ -35,13 +35,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// At most one log line per listener per this interval about failed accepts.
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(5);
 
-/// Connections being served in the process (every instance), for the metrics endpoint.
-static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// Connections being served now, process-wide.
-pub fn live_connections() -> usize {
-    CONNECTIONS.load(Ordering::Relaxed)
-}
+pub use crate::stats::live_connections;
+use crate::stats::CONNECTIONS;
 
 pub(crate) struct LiveGuard(Arc<Live>);
 impl Drop for LiveGuard {
@@ -168,7 +163,8 @@ impl std::ops::Deref for Instance {
 }
 
 impl Instance {
-    /// Binds every inbound and starts serving (and the API, when configured).
+    /// Binds every inbound and starts serving, metrics included (the API, which sits above the
+    /// instance, is started over it by `app::api::start_instance`; `cfg.api` is not read here).
     pub async fn start(cfg: Config) -> io::Result<Instance> {
         let stats = cfg.stats.clone();
         let access = AccessLog::open(&cfg.log).unwrap_or_else(|e| {
@@ -228,10 +224,6 @@ impl Instance {
         for ib in cfg.inbounds {
             inst.add_inbound(ib).await?;
         }
-        if let Some(api) = cfg.api {
-            let tasks = crate::app::api::start(api, inst.core.clone()).await?;
-            inst.listeners.extend(tasks);
-        }
         if let (Some(addr), Some(st)) = (cfg.metrics, stats.as_ref()) {
             let l = crate::app::metrics::bind(addr).await?;
             tracing::info!(
@@ -253,6 +245,11 @@ impl Instance {
     /// The shared core (what the API holds).
     pub fn core(&self) -> &Arc<Core> {
         &self.core
+    }
+
+    /// Tasks of a service started over this instance (the API's), aborted when it stops.
+    pub fn add_tasks(&mut self, tasks: impl IntoIterator<Item = JoinHandle<()>>) {
+        self.listeners.extend(tasks);
     }
 
     /// Stops accepting new connections and waits up to `grace` for live ones. Returns how many
