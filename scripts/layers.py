@@ -525,8 +525,37 @@ def check(crate, show_graph, show_layers, allowed):
         )
         problems.append(f"folder circle: {crate}: {', '.join(comp)}\n    {detail}")
     exists = {f"{crate}: {name(a)} -> {name(b)}" for a, bs in edges.items() for b in bs}
-    stale = sorted(k for k in allowed if k.startswith(crate + ":") and k not in exists)
+    needed = needed_edges(crate, mods, edges)
+    stale = sorted(k for k in allowed if k.startswith(crate + ":") and k not in needed)
     return problems, stale, sum(len(v) for v in edges.values()), len(nodes)
+
+
+def needed_edges(crate, mods, edges):
+    """The edges that break a rule when nothing is allowed: upward ones, those inside a file
+    circle, and those that make a folder circle."""
+    key = lambda a, b: f"{crate}: {name(a)} -> {name(b)}"
+    nodes = [p for p, m in mods.items() if not m.test]
+    out = set()
+    fe = defaultdict(set)
+    for a, bs in edges.items():
+        for b in bs:
+            if layer_of(crate, b) > layer_of(crate, a):
+                out.add(key(a, b))
+            if b != a[: len(b)]:
+                fe[a].add(b)
+    for comp in sccs(nodes, fe):
+        c = set(comp)
+        out |= {key(a, b) for a in comp for b in fe.get(a, ()) if b in c}
+    fold = defaultdict(set)
+    for a, bs in edges.items():
+        for b in bs:
+            if folder(a) != folder(b):
+                fold[folder(a)].add(folder(b))
+    for comp in sccs({folder(p) for p in nodes}, fold):
+        c = set(comp)
+        out |= {key(a, b) for a, bs in edges.items() for b in bs
+                if folder(a) in c and folder(b) in c and folder(a) != folder(b)}
+    return out
 
 
 def back_edges(nodes, edges):
@@ -602,8 +631,8 @@ def main():
     if "--prune-allow" in args:
         exists = set()
         for crate in CRATES:
-            _, edges = graph(crate)
-            exists |= {f"{crate}: {name(a)} -> {name(b)}" for a, bs in edges.items() for b in bs}
+            mods, edges = graph(crate)
+            exists |= needed_edges(crate, mods, edges)
         lines = open(allow_file, encoding="utf-8").read().splitlines(keepends=True)
         keep = [l for l in lines if not l.split("#", 1)[0].strip() or l.split("#", 1)[0].strip() in exists]
         with open(allow_file, "w", encoding="utf-8") as f:
@@ -618,7 +647,7 @@ def main():
         for p in problems:
             print("  " + p)
         for s in stale:
-            print(f"  allowed but gone (remove it from scripts/layers.allow): {s}")
+            print(f"  allowed but no longer needed (remove it from scripts/layers.allow): {s}")
         failed |= bool(problems or stale)
     return 1 if failed else 0
 
