@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::app::router::balancer::duration;
+use crate::common::reader::duration;
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::registry::Outbounds;

@@ -402,6 +402,84 @@ pub fn int32_range(v: &Value, path: &str) -> Result<(i64, i64)> {
     Ok((a, b))
 }
 
+/// Parses a duration string (`"500ms"`, `"1s"`, `"1m30s"`); numbers are refused, as in Xray.
+pub fn duration(s: &str) -> Option<std::time::Duration> {
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let v: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let secs = match &rest[..u] {
+            "ns" => v / 1e9,
+            "us" | "µs" => v / 1e6,
+            "ms" => v / 1e3,
+            "s" => v,
+            "m" => v * 60.0,
+            "h" => v * 3600.0,
+            _ => return None,
+        };
+        total += std::time::Duration::from_secs_f64(secs);
+        rest = &rest[u..];
+    }
+    Some(total)
+}
+
+/// A fallback's or REALITY target's `dest`: a port (on loopback), `host:port`, a unix path,
+/// `@abstract` or `@@padded`.
+pub fn parse_dest(v: &serde_json::Value, path: &str) -> Result<crate::common::Destination> {
+    let local = |port: u64| -> Result<crate::common::Destination> {
+        if !(1..=65535).contains(&port) {
+            return Err(ConfigError::new(path, format!("port {port} out of range")));
+        }
+        // Xray says "localhost:<port>"; the loopback address it resolves to, without a lookup.
+        Ok(crate::common::Destination::new(
+            crate::common::Address::Ip(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+            port as u16,
+        ))
+    };
+    match v {
+        serde_json::Value::Number(n) => local(n.as_u64().unwrap_or(0)),
+        serde_json::Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            local(s.parse().unwrap_or(0))
+        }
+        serde_json::Value::String(s) if s.starts_with('/') || s.starts_with('@') => Ok(
+            crate::common::Destination::new(crate::common::Address::Domain(s.clone()), 0),
+        ),
+        serde_json::Value::String(s) => {
+            let (h, p) = s.rsplit_once(':').ok_or_else(|| {
+                ConfigError::new(
+                    path,
+                    format!("{s:?} is not a port, host:port, unix path, @abstract or @@padded"),
+                )
+            })?;
+            let port: u16 = p
+                .parse()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| ConfigError::new(path, format!("bad port in {s:?}")))?;
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            let addr = match h.parse::<std::net::IpAddr>() {
+                Ok(ip) => crate::common::Address::Ip(ip),
+                Err(_) => crate::common::Address::Domain(h.to_string()),
+            };
+            Ok(crate::common::Destination::new(addr, port))
+        }
+        other => Err(ConfigError::new(
+            path,
+            format!("expected a port or an address, found {}", show(other)),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -83,7 +83,7 @@ fn server(r: &Obj<'_>) -> Result<RealityLayer> {
     let (tpath, tv) = r.get_alias(&["target", "dest"]).ok_or_else(|| {
         ConfigError::new(r.key_path("target"), "is required (the website probes see)")
     })?;
-    let target = crate::proxy::fallback::parse_dest(tv, &tpath)?;
+    let target = crate::common::reader::parse_dest(tv, &tpath)?;
     if let Some(ty) = r.str("type")? {
         let unix = matches!(&target.addr, crate::common::Address::Domain(d) if d.starts_with('/') || d.starts_with('@'));
         if !matches!(

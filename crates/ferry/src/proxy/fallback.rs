@@ -5,7 +5,6 @@
 //! `@@padded`), sends a PROXY header when `xver` asks, and relays.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use crate::common::{Address, Destination};
@@ -161,53 +160,7 @@ impl Fallbacks {
     }
 }
 
-pub fn parse_dest(v: &serde_json::Value, path: &str) -> Result<Destination> {
-    let local = |port: u64| -> Result<Destination> {
-        if !(1..=65535).contains(&port) {
-            return Err(ConfigError::new(path, format!("port {port} out of range")));
-        }
-        // Xray says "localhost:<port>"; the loopback address it resolves to, without a lookup.
-        Ok(Destination::new(
-            Address::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            port as u16,
-        ))
-    };
-    match v {
-        serde_json::Value::Number(n) => local(n.as_u64().unwrap_or(0)),
-        serde_json::Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
-            local(s.parse().unwrap_or(0))
-        }
-        serde_json::Value::String(s) if s.starts_with('/') || s.starts_with('@') => {
-            Ok(Destination::new(Address::Domain(s.clone()), 0))
-        }
-        serde_json::Value::String(s) => {
-            let (h, p) = s.rsplit_once(':').ok_or_else(|| {
-                ConfigError::new(
-                    path,
-                    format!("{s:?} is not a port, host:port, unix path, @abstract or @@padded"),
-                )
-            })?;
-            let port: u16 = p
-                .parse()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| ConfigError::new(path, format!("bad port in {s:?}")))?;
-            let h = h.trim_start_matches('[').trim_end_matches(']');
-            let addr = match h.parse::<IpAddr>() {
-                Ok(ip) => Address::Ip(ip),
-                Err(_) => Address::Domain(h.to_string()),
-            };
-            Ok(Destination::new(addr, port))
-        }
-        other => Err(ConfigError::new(
-            path,
-            format!(
-                "expected a port or an address, found {}",
-                crate::config::reader::show(other)
-            ),
-        )),
-    }
-}
+pub use crate::common::reader::parse_dest;
 
 /// The HTTP/1.x request path in a client's first bytes, as Xray finds it: a `/` at index 4 to 8
 /// after a space, up to `?` or a space within the first 64 bytes; a CR or LF first means none,

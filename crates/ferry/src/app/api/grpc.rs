@@ -13,30 +13,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
+use super::state::Api;
 use super::Service;
-use crate::app::instance::Core;
 use crate::transport::BoxStream;
 
-/// The API's state: the running instance, the services `api.services` enabled, and what the
-/// handler service remembers (configs as added, accounts by inbound).
-pub struct Api {
-    pub core: Arc<Core>,
-    services: Vec<Service>,
-    /// The API's own outbound tag (hidden from ListOutbounds).
-    pub tag: String,
-    pub handler: super::handler::HandlerState,
-}
-
 impl Api {
-    pub fn new(core: Arc<Core>, services: Vec<Service>, tag: String) -> Api {
-        Api {
-            core,
-            services,
-            tag,
-            handler: Default::default(),
-        }
-    }
-
     /// Answers one unary call: `method` of `service`, the request message as sent.
     async fn call(&self, service: Service, method: &str, req: Bytes) -> Result<Vec<u8>, Status> {
         let unknown = || {
@@ -167,18 +148,4 @@ impl Decoder for RawCodec {
         let n = src.remaining();
         Ok(Some(src.copy_to_bytes(n)))
     }
-}
-
-/// Decodes a request message; undecodable bytes get grpc-go's answer.
-pub fn decode<M: prost::Message + Default>(b: &[u8]) -> Result<M, Status> {
-    M::decode(b).map_err(|_| {
-        Status::internal(
-            "grpc: error unmarshalling request: proto: cannot parse invalid wire-format data",
-        )
-    })
-}
-
-/// An Xray-style handler error: code UNKNOWN, the text as Xray builds it.
-pub fn unknown(text: impl Into<String>) -> Status {
-    Status::unknown(text)
 }

@@ -3,7 +3,7 @@
 //! Error texts are Xray's (panels match on them, api.md §1.3 and §11); where Xray crashes
 //! on bad input, this answers with an error.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,27 +12,11 @@ use serde_json::Value;
 use tonic::Status;
 
 use super::decode;
-use super::grpc::{decode, unknown, Api};
 use super::pb;
+use super::state::{decode, unknown, Api, State};
 use crate::app::instance::RunningInbound;
 use crate::config::{Diagnostics, Obj};
 use crate::registry::OutboundEntry;
-
-/// What the service remembers besides the running instance: the configs added through it
-/// (ListInbounds/ListOutbounds answer with them) and each inbound's accounts by email (the
-/// inbounds keep only what authenticates a user; GetInboundUsers answers with accounts).
-#[derive(Default)]
-pub struct HandlerState {
-    inner: tokio::sync::Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    inbounds: HashMap<String, pb::InboundHandlerConfig>,
-    outbounds: HashMap<String, pb::OutboundHandlerConfig>,
-    /// By inbound tag, then lower-cased email.
-    accounts: HashMap<String, BTreeMap<String, pb::User>>,
-}
 
 const ADD_USER: &str = "xray.app.proxyman.command.AddUserOperation";
 const REMOVE_USER: &str = "xray.app.proxyman.command.RemoveUserOperation";

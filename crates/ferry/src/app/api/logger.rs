@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use tonic::Status;
 
-use super::grpc::{unknown, Api};
+use super::state::{unknown, Api};
 
 /// Runs `method`; `None` when the service has no such method.
 pub fn call(api: &Api, method: &str, _req: Bytes) -> Option<Result<Vec<u8>, Status>> {

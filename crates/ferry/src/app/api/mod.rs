@@ -15,6 +15,7 @@ mod handler;
 mod logger;
 pub mod pb;
 mod routing;
+mod state;
 mod stats;
 
 use std::io;
@@ -31,7 +32,7 @@ pub use crate::config::api::{parse, ApiConfig, ApiListen, ApiOutbound, Hub, Serv
 /// Starts the API: the gRPC server for connections routed to `api.tag`, and `api.listen`'s
 /// listener when set. Returns the tasks to abort when the instance stops.
 pub async fn start(cfg: ApiConfig, core: Arc<Core>) -> io::Result<Vec<JoinHandle<()>>> {
-    let api = Arc::new(grpc::Api::new(core, cfg.services.clone(), cfg.tag.clone()));
+    let api = Arc::new(state::Api::new(core, cfg.services.clone(), cfg.tag.clone()));
     let mut tasks = Vec::new();
     let (tx, mut rx) = mpsc::unbounded_channel::<BoxStream>();
     *cfg.hub.tx.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use prost::Message;
 use tonic::Status;
 
-use super::grpc::{decode, unknown, Api};
+use super::state::{decode, unknown, Api};
 use crate::common::{Address, Destination, Network};
 use crate::session::{Endpoint, Session, User};
 

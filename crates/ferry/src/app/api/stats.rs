@@ -5,8 +5,8 @@ use bytes::Bytes;
 use prost::Message;
 use tonic::Status;
 
-use super::grpc::{decode, Api};
 use super::pb;
+use super::state::{decode, Api};
 use crate::stats::Stats;
 
 /// Runs `method`; `None` when the service has no such method.

@@ -40,36 +40,7 @@ pub struct Balancer {
     forced: std::sync::RwLock<String>,
 }
 
-/// Parses a duration string (`"500ms"`, `"1s"`, `"1m30s"`); numbers are refused, as in Xray.
-pub fn duration(s: &str) -> Option<Duration> {
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let v: f64 = rest[..n].parse().ok()?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let secs = match &rest[..u] {
-            "ns" => v / 1e9,
-            "us" | "µs" => v / 1e6,
-            "ms" => v / 1e3,
-            "s" => v,
-            "m" => v * 60.0,
-            "h" => v * 3600.0,
-            _ => return None,
-        };
-        total += Duration::from_secs_f64(secs);
-        rest = &rest[u..];
-    }
-    Some(total)
-}
+pub use crate::common::reader::duration;
 
 fn dur(o: &Obj<'_>, key: &str) -> Result<Option<Duration>> {
     match o.get(key) {
