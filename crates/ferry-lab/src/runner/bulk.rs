@@ -8,9 +8,11 @@ use anyhow::{Context, Result};
 use crate::loadgen::{self, BulkOpts, Target};
 use crate::results::Row;
 
+use crate::plan::Test;
+
+use super::chain::Live;
+use super::ctx::Ctx;
 use super::jobs::Job;
-use super::measure::Live;
-use super::{Ctx, Test};
 
 impl Ctx<'_> {
     /// [`Test::Throughput`] and [`Test::Reverse`]: `--amount` over `param` connections.

@@ -1,5 +1,5 @@
 //! Starting a scenario's chain of processes (in their nodes on the testbed) and the target
-//! loadgen connects to.
+//! loadgen connects to; a started measurement.
 
 use std::path::Path;
 use std::time::Duration;
@@ -7,16 +7,26 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 
 use crate::loadgen::Target;
-use crate::procs::ProcSet;
+use crate::procs::{self, ProcSet};
+use crate::receiver;
 use crate::scenario::{Entry, Scenario};
 
 use super::bed::node_of;
-use super::Ctx;
+use super::ctx::Ctx;
 
 /// A started chain.
 pub(super) struct Chain {
     pub(super) procs: ProcSet,
     pub(super) target: Target,
+}
+
+/// A started measurement: the chain, where loadgen connects, what the receiver saw, and the
+/// chain's usage after the warm-up (fields drop in order: the chain stops first).
+pub(super) struct Live {
+    pub(super) chain: Chain,
+    pub(super) target: Target,
+    pub(super) reports: receiver::Reports,
+    pub(super) before: procs::Usage,
 }
 
 impl Ctx<'_> {

@@ -7,12 +7,14 @@ use anyhow::{bail, Context, Result};
 
 use crate::loadgen::{self, Target};
 use crate::procs;
-use crate::receiver;
 use crate::results::Row;
 
+use crate::plan::HANDSHAKE_MSG;
+
+use super::chain::Live;
+use super::checks::{echoes, wait_exact_echoes};
+use super::ctx::Ctx;
 use super::jobs::Job;
-use super::measure::Live;
-use super::{Ctx, HANDSHAKE_MSG};
 
 /// CPU seconds of a role's processes: the client, the server, or all others.
 fn role_cpu(u: &[(String, procs::Usage)], role: &str) -> f64 {
@@ -26,7 +28,7 @@ fn role_cpu(u: &[(String, procs::Usage)], role: &str) -> f64 {
 }
 
 impl Ctx<'_> {
-    /// [`super::Test::Handshake`]: `--handshakes` fresh connections one at a time, then
+    /// [`crate::plan::Test::Handshake`]: `--handshakes` fresh connections one at a time, then
     /// `param` at a time, with each role's CPU.
     pub(super) fn handshake(&self, l: &mut Live, job: &Job, row: &mut Row) -> Result<()> {
         let o = self.o;
@@ -69,7 +71,7 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// [`super::Test::Churn`]: `param` short connections in batches, the chain's memory
+    /// [`crate::plan::Test::Churn`]: `param` short connections in batches, the chain's memory
     /// after each.
     pub(super) fn churn(&self, l: &mut Live, job: &Job, row: &mut Row) -> Result<()> {
         let chain = &mut l.chain;
@@ -133,47 +135,4 @@ impl Ctx<'_> {
         ))
         .map(|_| ())
     }
-}
-
-/// The receiver must have echoed every connection, exactly (its report of a connection comes
-/// when the chain has passed the close on).
-fn wait_exact_echoes(reports: &receiver::Reports, want: usize) -> Result<()> {
-    let mut echoed = 0;
-    let t0 = Instant::now();
-    while echoed < want && t0.elapsed() < Duration::from_secs(5) {
-        for r in reports.take() {
-            if let Some(e) = &r.error {
-                bail!("receiver: {e}");
-            }
-            if r.mode == Some(crate::wire::Mode::Echo) {
-                if r.bytes != HANDSHAKE_MSG as u64 {
-                    bail!(
-                        "byte-count mismatch at the receiver: an echo connection carried {} bytes, not {HANDSHAKE_MSG}",
-                        r.bytes
-                    );
-                }
-                echoed += 1;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if echoed != want {
-        bail!("the receiver echoed {echoed} connections, loadgen made {want}");
-    }
-    Ok(())
-}
-
-/// Takes the receiver's reports so far: how many were echo connections (an error it reported
-/// fails the measurement).
-fn echoes(reports: &receiver::Reports) -> Result<usize> {
-    let mut n = 0;
-    for r in reports.take() {
-        if let Some(e) = &r.error {
-            bail!("receiver: {e}");
-        }
-        if r.mode == Some(crate::wire::Mode::Echo) {
-            n += 1;
-        }
-    }
-    Ok(n)
 }

@@ -10,8 +10,10 @@ use crate::procs;
 use crate::results::{Row, Status};
 use crate::scenario::{Entry, Scenario};
 
+use crate::plan::Test;
+
+use super::ctx::Ctx;
 use super::jobs::Job;
-use super::{Ctx, Test};
 
 impl Ctx<'_> {
     /// iperf3 through the chain: `iperf3 -s` is the target, `iperf3 -c` connects to the entry

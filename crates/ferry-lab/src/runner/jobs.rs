@@ -1,9 +1,8 @@
 //! The run's plan: the scenarios loaded and one job per measurement.
 
+use crate::plan::{RunOpts, Test};
 use crate::results::{Row, Status};
 use crate::scenario::{self, Entry, Scenario};
-
-use super::{RunOpts, Test};
 
 /// One planned measurement.
 #[derive(Clone, Debug)]

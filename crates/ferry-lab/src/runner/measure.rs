@@ -1,30 +1,21 @@
-//! One measurement: its testbed, receiver and chain, the warm-up, the test itself (in the
-//! files beside this one), and the receiver's counts checked against loadgen's.
+//! One measurement: its testbed, receiver and chain, the warm-up, then the test itself (in
+//! the files beside this one).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 use crate::loadgen::{self, BulkOpts, Target};
-use crate::procs;
 use crate::receiver;
 use crate::results::{Row, Status};
 use crate::scenario::Scenario;
 
-use super::bed::{Bed, ClearBed};
-use super::chain::Chain;
-use super::jobs::Job;
-use super::{Ctx, Test};
+use crate::plan::Test;
 
-/// A started measurement: the chain, where loadgen connects, what the receiver saw, and the
-/// chain's usage after the warm-up (fields drop in order: the chain stops first).
-pub(super) struct Live {
-    pub(super) chain: Chain,
-    pub(super) target: Target,
-    pub(super) reports: receiver::Reports,
-    pub(super) before: procs::Usage,
-}
+use super::bed::{Bed, ClearBed};
+use super::chain::Live;
+use super::ctx::Ctx;
+use super::jobs::Job;
 
 impl Ctx<'_> {
     pub(super) fn measure(&self, s: &Scenario, job: &Job) -> Row {
@@ -126,52 +117,6 @@ impl Ctx<'_> {
             },
         ))
         .context("warm-up transfer")?;
-        Ok(())
-    }
-
-    /// The receiver's own counts must agree with what loadgen verified.
-    pub(super) fn check_receiver(
-        &self,
-        reports: &receiver::Reports,
-        job: &Job,
-        per: u64,
-    ) -> Result<()> {
-        let want = job.param + 1; // plus the warm-up connection
-        let t0 = Instant::now();
-        let mut seen = Vec::new();
-        while t0.elapsed() < Duration::from_secs(1) {
-            seen.extend(reports.take());
-            if seen.len() >= want {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for r in &seen {
-            if let Some(e) = &r.error {
-                bail!("receiver: {e}");
-            }
-            // The receiver must have served the inner TLS asked for (and none when none was).
-            let want_tls = self
-                .o
-                .inner_tls
-                .as_ref()
-                .map(|t| (t.version.label().to_string(), t.record));
-            let got_tls = r.tls.as_ref().map(|t| (t.version.clone(), t.record));
-            if want_tls != got_tls {
-                bail!("receiver: inner TLS {got_tls:?}, expected {want_tls:?}");
-            }
-            let expect_mode = if job.test == Test::Reverse {
-                crate::wire::Mode::Download
-            } else {
-                crate::wire::Mode::Upload
-            };
-            if r.mode == Some(expect_mode) && r.bytes != per && r.bytes != 1 << 20 {
-                bail!(
-                    "byte-count mismatch at the receiver: {} bytes on a connection that carried {per}",
-                    r.bytes
-                );
-            }
-        }
         Ok(())
     }
 }

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 
 use crate::procs;
 use crate::results::Status;
 use crate::scenario::{self, Scenario};
 
 use super::cert::SERVER_NAME;
-use super::Ctx;
+use super::ctx::Ctx;
 
 /// Values every template may use, besides ports.
 pub fn base_vars(
@@ -50,29 +50,6 @@ pub fn base_vars(
 }
 
 impl Ctx<'_> {
-    pub(super) fn bin(&self, name: &str) -> Result<PathBuf> {
-        if name == "ferry" {
-            return self
-                .ferry_bin
-                .clone()
-                .ok_or_else(|| anyhow!("no ferry binary"));
-        }
-        let p = self.o.peers_dir.join(name);
-        if !p.exists() {
-            bail!(
-                "peer {name} is not installed at {} (run scripts/peers.sh)",
-                p.display()
-            );
-        }
-        Ok(p)
-    }
-
-    pub(super) fn cert_vars(&self) -> Option<(&Path, &Path, &str)> {
-        self.cert
-            .as_ref()
-            .map(|c| (c.cert.as_path(), c.key.as_path(), c.sha256.as_str()))
-    }
-
     /// Renders every config of `imp` into `dir`; returns (process, bin, args, config path, listen ports).
     #[allow(clippy::type_complexity)]
     pub(super) fn render(

@@ -9,11 +9,11 @@ use crate::loadgen::{self, Target};
 use crate::receiver;
 
 use super::chain::Chain;
+use super::ctx::Ctx;
 use super::jobs::Job;
-use super::Ctx;
 
 impl Ctx<'_> {
-    /// The soak test (see [`super::Test::Soak`]).
+    /// The soak test (see [`crate::plan::Test::Soak`]).
     pub(super) fn soak(
         &self,
         chain: &mut Chain,
