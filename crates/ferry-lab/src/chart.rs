@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::plan::Test;
-use crate::results::{aggregate, Row, Status};
+use crate::results::{aggregate, FlatRow, Row, Status};
 
 const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -363,163 +363,170 @@ fn draw_lines(
 pub fn write_report_charts(
     out: &Path,
     id: &str,
-    rows: &[crate::reports::FlatRow],
+    rows: &[FlatRow],
 ) -> Result<Vec<(String, String)>> {
-    use crate::reports::FlatRow;
     let ok: Vec<&FlatRow> = rows.iter().filter(|r| r.status == "ok").collect();
-    let mut made = Vec::new();
-    let legend_of = |title: &str, names: &[String]| {
-        format!(
-            "{title}. Lines: {}.",
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| format!("{n} ({})", COLOR_NAMES[i % COLOR_NAMES.len()]))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
     match id {
-        "001" | "002" => {
-            let mut groups: Vec<(String, Option<usize>, usize)> = Vec::new();
-            for r in &ok {
-                let g = (r.scenario.clone(), r.record_size, r.conns);
-                if r.test == "throughput" && r.cpu_cap_pct.is_some() && !groups.contains(&g) {
-                    groups.push(g);
-                }
+        "001" | "002" => cap_charts(out, id, &ok),
+        "003" => latency_charts(out, &ok),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// A chart's legend: its title and each line's colour.
+fn legend_of(title: &str, names: &[String]) -> String {
+    format!(
+        "{title}. Lines: {}.",
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{n} ({})", COLOR_NAMES[i % COLOR_NAMES.len()]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// 001 and 002: throughput against the CPU cap, a chart per scenario, record size and
+/// connection count.
+fn cap_charts(out: &Path, id: &str, ok: &[&FlatRow]) -> Result<Vec<(String, String)>> {
+    let mut made = Vec::new();
+    let mut groups: Vec<(String, Option<usize>, usize)> = Vec::new();
+    for r in ok {
+        let g = (r.scenario.clone(), r.record_size, r.conns);
+        if r.test == "throughput" && r.cpu_cap_pct.is_some() && !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    for (scn, rec, conns) in groups {
+        let mut names: Vec<String> = Vec::new();
+        let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        for r in ok.iter().filter(|r| {
+            r.scenario == scn && r.record_size == rec && r.conns == conns && r.test == "throughput"
+        }) {
+            if !names.contains(&r.implementation) {
+                names.push(r.implementation.clone());
+                lines.push((r.implementation.clone(), Vec::new()));
             }
-            for (scn, rec, conns) in groups {
-                let mut names: Vec<String> = Vec::new();
-                let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-                for r in ok.iter().filter(|r| {
+        }
+        for (imp, pts) in &mut lines {
+            let mut caps: Vec<u32> = ok
+                .iter()
+                .filter(|r| {
                     r.scenario == scn
                         && r.record_size == rec
                         && r.conns == conns
-                        && r.test == "throughput"
-                }) {
-                    if !names.contains(&r.implementation) {
-                        names.push(r.implementation.clone());
-                        lines.push((r.implementation.clone(), Vec::new()));
-                    }
-                }
-                for (imp, pts) in &mut lines {
-                    let mut caps: Vec<u32> = ok
-                        .iter()
-                        .filter(|r| {
-                            r.scenario == scn
-                                && r.record_size == rec
-                                && r.conns == conns
-                                && &r.implementation == imp
-                        })
-                        .filter_map(|r| r.cpu_cap_pct)
-                        .collect();
-                    caps.sort();
-                    caps.dedup();
-                    for cap in caps {
-                        let v: Vec<f64> = ok
-                            .iter()
-                            .filter(|r| {
-                                r.scenario == scn
-                                    && r.record_size == rec
-                                    && r.conns == conns
-                                    && &r.implementation == imp
-                                    && r.cpu_cap_pct == Some(cap)
-                                    && r.test == "throughput"
-                            })
-                            .map(|r| r.gbps)
-                            .collect();
-                        if !v.is_empty() {
-                            pts.push((cap as f64, v.iter().sum::<f64>() / v.len() as f64));
-                        }
-                    }
-                }
-                let rec_s = rec.map(|r| format!("-{}k", r / 1024)).unwrap_or_default();
-                let file = format!("chart-{id}-{scn}{rec_s}-x{conns}.png");
-                let title = format!(
-                    "{scn}{}, {conns} conn: Gbit/s against CPU cap (%)",
-                    rec.map(|r| format!(", {}K records", r / 1024))
-                        .unwrap_or_default()
-                );
-                let refs: Vec<(&String, Vec<(f64, f64)>)> =
-                    lines.iter().map(|(n, p)| (n, p.clone())).collect();
-                draw_lines(
-                    &out.join(&file),
-                    &title,
-                    ("CPU cap, % of one CPU", "Gbit/s"),
-                    &refs,
-                )?;
-                made.push((file, legend_of(&title, &names)));
-            }
-        }
-        "003" => {
-            let mut links: Vec<bool> = Vec::new();
-            for r in &ok {
-                let lossy = r.loss_pct.is_some();
-                if r.test == "latency" && !links.contains(&lossy) {
-                    links.push(lossy);
-                }
-            }
-            for lossy in links {
-                let lat: Vec<&&FlatRow> = ok
+                        && &r.implementation == imp
+                })
+                .filter_map(|r| r.cpu_cap_pct)
+                .collect();
+            caps.sort();
+            caps.dedup();
+            for cap in caps {
+                let v: Vec<f64> = ok
                     .iter()
-                    .filter(|r| r.test == "latency" && r.loss_pct.is_some() == lossy)
+                    .filter(|r| {
+                        r.scenario == scn
+                            && r.record_size == rec
+                            && r.conns == conns
+                            && &r.implementation == imp
+                            && r.cpu_cap_pct == Some(cap)
+                            && r.test == "throughput"
+                    })
+                    .map(|r| r.gbps)
                     .collect();
-                let mut scns: Vec<String> = Vec::new();
-                let mut names: Vec<String> = Vec::new();
-                for r in &lat {
-                    if !scns.contains(&r.scenario) {
-                        scns.push(r.scenario.clone());
-                    }
-                    if !names.contains(&r.implementation) {
-                        names.push(r.implementation.clone());
-                    }
+                if !v.is_empty() {
+                    pts.push((cap as f64, v.iter().sum::<f64>() / v.len() as f64));
                 }
-                let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-                let mut labels = Vec::new();
-                for imp in &names {
-                    for (q, f) in [("p50", 0usize), ("p99", 1usize)] {
-                        let pts: Vec<(f64, f64)> = scns
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(i, s)| {
-                                let r = lat
-                                    .iter()
-                                    .find(|r| &r.scenario == s && &r.implementation == imp)?;
-                                let v = if f == 0 {
-                                    r.latency_p50_ms
-                                } else {
-                                    r.latency_p99_ms
-                                }?;
-                                Some(((i + 1) as f64, v))
-                            })
-                            .collect();
-                        labels.push(format!("{imp} {q}"));
-                        lines.push((format!("{imp} {q}"), pts));
-                    }
-                }
-                let link = if lossy { "lossy" } else { "clean" };
-                let file = format!("chart-003-latency-{link}.png");
-                let title = format!(
-                    "round trips, {} link: p50 and p99 ms by case ({})",
-                    link,
-                    scns.iter()
-                        .enumerate()
-                        .map(|(i, s)| format!("{} = {s}", i + 1))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                let refs: Vec<(&String, Vec<(f64, f64)>)> =
-                    lines.iter().map(|(n, p)| (n, p.clone())).collect();
-                draw_lines(
-                    &out.join(&file),
-                    &format!("003 round trips, {link} link (ms)"),
-                    ("case", "ms"),
-                    &refs,
-                )?;
-                made.push((file, legend_of(&title, &labels)));
             }
         }
-        _ => {}
+        let rec_s = rec.map(|r| format!("-{}k", r / 1024)).unwrap_or_default();
+        let file = format!("chart-{id}-{scn}{rec_s}-x{conns}.png");
+        let title = format!(
+            "{scn}{}, {conns} conn: Gbit/s against CPU cap (%)",
+            rec.map(|r| format!(", {}K records", r / 1024))
+                .unwrap_or_default()
+        );
+        let refs: Vec<(&String, Vec<(f64, f64)>)> =
+            lines.iter().map(|(n, p)| (n, p.clone())).collect();
+        draw_lines(
+            &out.join(&file),
+            &title,
+            ("CPU cap, % of one CPU", "Gbit/s"),
+            &refs,
+        )?;
+        made.push((file, legend_of(&title, &names)));
+    }
+    Ok(made)
+}
+
+/// 003: the round trips' p50 and p99 per case, a chart per link.
+fn latency_charts(out: &Path, ok: &[&FlatRow]) -> Result<Vec<(String, String)>> {
+    let mut made = Vec::new();
+    let mut links: Vec<bool> = Vec::new();
+    for r in ok {
+        let lossy = r.loss_pct.is_some();
+        if r.test == "latency" && !links.contains(&lossy) {
+            links.push(lossy);
+        }
+    }
+    for lossy in links {
+        let lat: Vec<&&FlatRow> = ok
+            .iter()
+            .filter(|r| r.test == "latency" && r.loss_pct.is_some() == lossy)
+            .collect();
+        let mut scns: Vec<String> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for r in &lat {
+            if !scns.contains(&r.scenario) {
+                scns.push(r.scenario.clone());
+            }
+            if !names.contains(&r.implementation) {
+                names.push(r.implementation.clone());
+            }
+        }
+        let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        let mut labels = Vec::new();
+        for imp in &names {
+            for (q, f) in [("p50", 0usize), ("p99", 1usize)] {
+                let pts: Vec<(f64, f64)> = scns
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| {
+                        let r = lat
+                            .iter()
+                            .find(|r| &r.scenario == s && &r.implementation == imp)?;
+                        let v = if f == 0 {
+                            r.latency_p50_ms
+                        } else {
+                            r.latency_p99_ms
+                        }?;
+                        Some(((i + 1) as f64, v))
+                    })
+                    .collect();
+                labels.push(format!("{imp} {q}"));
+                lines.push((format!("{imp} {q}"), pts));
+            }
+        }
+        let link = if lossy { "lossy" } else { "clean" };
+        let file = format!("chart-003-latency-{link}.png");
+        let title = format!(
+            "round trips, {} link: p50 and p99 ms by case ({})",
+            link,
+            scns.iter()
+                .enumerate()
+                .map(|(i, s)| format!("{} = {s}", i + 1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let refs: Vec<(&String, Vec<(f64, f64)>)> =
+            lines.iter().map(|(n, p)| (n, p.clone())).collect();
+        draw_lines(
+            &out.join(&file),
+            &format!("003 round trips, {link} link (ms)"),
+            ("case", "ms"),
+            &refs,
+        )?;
+        made.push((file, legend_of(&title, &labels)));
     }
     Ok(made)
 }

@@ -350,6 +350,42 @@ impl Row {
     }
 }
 
+/// One row of a report's results.json (`ferry-lab report`): the schema, one
+/// measurement of a case flattened.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlatRow {
+    pub report: String,
+    pub case: String,
+    pub scenario: String,
+    #[serde(rename = "impl")]
+    pub implementation: String,
+    pub test: String,
+    /// The VLESS flow the row ran ("xtls-rprx-vision"), or "-".
+    pub flow: String,
+    pub run: usize,
+    pub cpu_cap_pct: Option<u32>,
+    /// The capped node: "b" (client side) or "c" (server side).
+    pub cpu_cap_node: Option<String>,
+    pub record_size: Option<usize>,
+    pub conns: usize,
+    /// Added by the hop in each direction (the round trip grows by twice this).
+    pub delay_ms: Option<f64>,
+    pub loss_pct: Option<f64>,
+    pub congestion: Option<String>,
+    pub gbps: f64,
+    pub mb_per_s: f64,
+    pub cpu_s_per_gb: f64,
+    pub peak_rss_mib: f64,
+    pub ttfb_ms: Option<f64>,
+    pub latency_p50_ms: Option<f64>,
+    pub latency_p99_ms: Option<f64>,
+    /// What the hop measured: loss and delay each way.
+    pub hop_loss_pct: Option<f64>,
+    pub hop_delay_p50_ms: Option<f64>,
+    /// "ok", "not yet: <missing feature>", "skipped: <why>" or "error: <what>".
+    pub status: String,
+}
+
 #[derive(Serialize)]
 struct JsonDoc<'a> {
     command: String,

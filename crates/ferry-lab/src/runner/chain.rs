@@ -1,0 +1,105 @@
+//! Starting a scenario's chain of processes (in their nodes on the testbed) and the target
+//! loadgen connects to; a started measurement.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::loadgen::Target;
+use crate::procs::{self, ProcSet};
+use crate::receiver;
+use crate::scenario::{Entry, Scenario};
+
+use super::bed::node_of;
+use super::ctx::Ctx;
+
+/// A started chain.
+pub(super) struct Chain {
+    pub(super) procs: ProcSet,
+    pub(super) target: Target,
+}
+
+/// A started measurement: the chain, where loadgen connects, what the receiver saw, and the
+/// chain's usage after the warm-up (fields drop in order: the chain stops first).
+pub(super) struct Live {
+    pub(super) chain: Chain,
+    pub(super) target: Target,
+    pub(super) reports: receiver::Reports,
+    pub(super) before: procs::Usage,
+}
+
+impl Ctx<'_> {
+    pub(super) fn start_chain(
+        &self,
+        s: &Scenario,
+        imp: &str,
+        dir: &Path,
+        target_port: u16,
+    ) -> Result<Chain> {
+        let mut set = ProcSet::default();
+        let mut entry = None;
+        if s.entry != Entry::Direct {
+            let (procs, vars) = self.render(s, imp, dir, target_port)?;
+            let count = procs.len();
+            for (name, bin, args, listen) in procs {
+                let mut bed = self.bed.borrow_mut();
+                match bed.as_mut() {
+                    None => {
+                        set.spawn(&name, &bin, &args, dir)?;
+                    }
+                    Some(b) => {
+                        let node = node_of(&name, count);
+                        let mut cmd = b.tb.command(node, &bin);
+                        cmd.args(&args);
+                        let pid = set
+                            .spawn_cmd(&name, cmd, dir)
+                            .with_context(|| format!("starting {name} in node {node}"))?;
+                        if let Some((cap_node, pct)) = self
+                            .o
+                            .testbed
+                            .as_ref()
+                            .and_then(|t| t.cap.as_ref())
+                            .filter(|(n, _)| n == node)
+                        {
+                            b.tb.cap(cap_node, pid, *pct)?;
+                        }
+                    }
+                }
+                drop(bed);
+                set.wait_listening(&listen, Duration::from_secs(15))?;
+            }
+            entry = Some(
+                vars.get("entry_port")
+                    .and_then(|p| p.parse::<u16>().ok())
+                    .ok_or_else(|| {
+                        anyhow!("{}: no {{{{entry_port}}}} in {imp}'s configs", s.name)
+                    })?,
+            );
+        }
+        let (entry_ip, target_ip) = match self.bed.borrow().as_ref() {
+            Some(b) => (b.addr("b"), b.addr("d")),
+            None => ([127, 0, 0, 1].into(), [127, 0, 0, 1].into()),
+        };
+        let local = |p: u16| std::net::SocketAddr::new(entry_ip, p);
+        let inner_tls = self.o.inner_tls.clone();
+        let target = match (s.entry, entry) {
+            (Entry::Socks, Some(e)) => Target {
+                connect: local(e),
+                socks_dest: Some(std::net::SocketAddr::new(target_ip, target_port)),
+                inner_tls,
+            },
+            (_, Some(e)) => Target {
+                connect: local(e),
+                socks_dest: None,
+                inner_tls,
+            },
+            (_, None) => Target {
+                connect: std::net::SocketAddr::new(target_ip, target_port),
+                socks_dest: None,
+                inner_tls,
+            },
+        };
+        Ok(Chain { procs: set, target })
+    }
+}
