@@ -51,6 +51,7 @@ LAYERS = {
         ("config::tls", 2),
         ("config::reality", 2),
         ("config::xhttp", 2),
+        ("config::headers", 2),
         # relay
         ("relay", 3),
         # proxy protocols

@@ -5,6 +5,7 @@
 //! [`services`] reads `log`, `metrics` and `api`.
 
 pub mod api;
+pub mod headers;
 /// The JSON reader and comment stripper (in `common`: every layer parses its own settings).
 pub use crate::common::{json, reader};
 pub mod reality;

@@ -71,7 +71,7 @@ pub(crate) fn parse_stream_obj(
                         Some((p, v)) => Some(Obj::new(v, p, s.diag())?),
                         None => None,
                     };
-                    let x = super::xhttp::parse(o, outbound)?;
+                    let x = super::xhttp::parse(o, outbound, parse_stream_obj)?;
                     out.network = Network::Xhttp(Arc::new(x));
                 }
                 _ => {
@@ -220,46 +220,13 @@ fn alpn_is_h3(s: &Obj<'_>) -> bool {
         .is_some_and(|a| a == serde_json::json!(["h3"]) || a == serde_json::json!("h3"))
 }
 
-/// `headers`: an object of strings.
-pub(crate) fn headers(o: &Obj<'_>) -> Result<Vec<(String, String)>> {
-    let Some((p, v)) = o.get("headers") else {
-        return Ok(Vec::new());
-    };
-    let Some(m) = v.as_object() else {
-        return Err(ConfigError::new(p, "expected an object of strings"));
-    };
-    m.iter()
-        .map(|(k, v)| {
-            let v = v.as_str().ok_or_else(|| {
-                ConfigError::new(
-                    crate::config::reader::join(&p, k),
-                    "expected a string (header value)",
-                )
-            })?;
-            if k.is_empty() || k.bytes().any(|b| b.is_ascii_whitespace() || b == b':') {
-                return Err(ConfigError::new(
-                    crate::config::reader::join(&p, k),
-                    "not a header name",
-                ));
-            }
-            if v.contains(['\r', '\n']) {
-                return Err(ConfigError::new(
-                    crate::config::reader::join(&p, k),
-                    "a header value may not hold a line break",
-                ));
-            }
-            Ok((k.clone(), v.to_string()))
-        })
-        .collect()
-}
-
 /// `path`, `host` and `headers` of `httpupgradeSettings`, and the part of `wsSettings` they
 /// share. `ws`: a `Host` key in `headers` is the deprecated spelling of `host` (an HTTPUpgrade
 /// config with one is an error, as in Xray).
 fn upgrade_settings(o: &Obj<'_>, ws: bool) -> Result<UpgradeSettings> {
     let mut u = UpgradeSettings::with_path(&o.str("path")?.unwrap_or_default());
     u.host = o.str("host")?.unwrap_or_default();
-    for (k, v) in headers(o)? {
+    for (k, v) in super::headers::headers(o)? {
         if k.eq_ignore_ascii_case("host") {
             if !ws {
                 return Err(ConfigError::new(

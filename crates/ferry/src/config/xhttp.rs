@@ -30,7 +30,11 @@ fn positive(o: &Obj<'_>, key: &str, default: Range) -> Result<Range> {
 
 /// Reads `xhttpSettings` (`o` absent: every default). `security_reality`: the stream's
 /// security, for the checks that depend on it.
-pub fn parse(o: Option<Obj<'_>>, outbound: bool) -> Result<XhttpSettings> {
+/// Reads a stream settings object (the download leg's): handed in by `stream`, which reads
+/// XHTTP's settings in turn.
+pub type StreamParser = fn(&Obj<'_>, bool, &[&str]) -> Result<crate::transport::StreamSettings>;
+
+pub fn parse(o: Option<Obj<'_>>, outbound: bool, stream: StreamParser) -> Result<XhttpSettings> {
     let mut x = XhttpSettings::default();
     let Some(o) = o else {
         return Ok(x);
@@ -59,12 +63,12 @@ pub fn parse(o: Option<Obj<'_>>, outbound: bool) -> Result<XhttpSettings> {
             };
             let e = Obj::new(v, p, o.diag())?;
             e.ignore(&["host", "path", "mode"]);
-            fields(&e, &mut x, outbound)?;
+            fields(&e, &mut x, outbound, stream)?;
             e.finish();
             // The fields beside `extra` are Xray's to ignore: it reads only extra's.
             o.ignore(FIELDS);
         }
-        None => fields(&o, &mut x, outbound)?,
+        None => fields(&o, &mut x, outbound, stream)?,
     }
     o.finish();
     Ok(x)
@@ -102,8 +106,8 @@ const FIELDS: &[&str] = &[
     "noGRPCHeader",
 ];
 
-fn fields(o: &Obj<'_>, x: &mut XhttpSettings, outbound: bool) -> Result<()> {
-    for (k, v) in super::stream::headers(o)? {
+fn fields(o: &Obj<'_>, x: &mut XhttpSettings, outbound: bool, stream: StreamParser) -> Result<()> {
+    for (k, v) in super::headers::headers(o)? {
         if k.eq_ignore_ascii_case("host") {
             return Err(ConfigError::new(
                 o.key_path("headers"),
@@ -288,7 +292,7 @@ fn fields(o: &Obj<'_>, x: &mut XhttpSettings, outbound: bool) -> Result<()> {
                     "can not be used in stream-one mode",
                 ));
             }
-            x.download = Some(download(d)?);
+            x.download = Some(download(d, stream)?);
         }
     }
     Ok(())
@@ -338,12 +342,12 @@ fn xmux(m: &Obj<'_>) -> Result<Xmux> {
 }
 
 /// `downloadSettings`: `address`, `port`, and a stream settings object whose network is XHTTP.
-fn download(d: Obj<'_>) -> Result<Download> {
+fn download(d: Obj<'_>, parse_stream: StreamParser) -> Result<Download> {
     let addr = d.req_str("address")?;
     let port = d
         .port("port")?
         .ok_or_else(|| ConfigError::new(d.key_path("port"), "is required"))?;
-    let stream = super::stream::parse_stream_obj(&d, true, &["address", "port"])?;
+    let stream = parse_stream(&d, true, &["address", "port"])?;
     let Network::Xhttp(settings) = &stream.network else {
         return Err(ConfigError::new(
             d.key_path("network"),

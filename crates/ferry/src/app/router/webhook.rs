@@ -54,7 +54,7 @@ impl Webhook {
     pub fn parse(o: &Obj<'_>) -> Result<Option<Webhook>> {
         let url = o.str("url")?.unwrap_or_default();
         let deduplication = Duration::from_secs(o.u64("deduplication")?.unwrap_or(0));
-        let headers = crate::config::stream::headers(o)?;
+        let headers = crate::config::headers::headers(o)?;
         if url.is_empty() {
             return Ok(None);
         }

@@ -11,18 +11,16 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::frame::{self, Meta, Status};
-use super::packets::MuxPackets;
-use super::stream::MuxStream;
-use crate::common::{Destination, Network};
+use crate::common::Destination;
 
 /// Frames queued for the writer (shared by every session: senders wait their turn).
 const OUT_FRAMES: usize = 64;
 /// Frames of one stream session waiting for it to read them. When full the reader waits, as
 /// Xray's (512 KiB per session with its 8 KiB frames; here 32 frames of at most 8 KiB from
 /// Xray, 64 KiB from anyone).
-const STREAM_INBOX: usize = 32;
+pub(super) const STREAM_INBOX: usize = 32;
 /// Datagrams of one packet session waiting; more are dropped (UDP).
-const PACKET_INBOX: usize = 64;
+pub(super) const PACKET_INBOX: usize = 64;
 /// The writer sends up to this much per write.
 const WRITE_BATCH: usize = 64 * 1024;
 
@@ -30,7 +28,7 @@ const WRITE_BATCH: usize = 64 * 1024;
 pub type Datagram = (Bytes, Option<Destination>);
 
 /// Where the data of a session's frames goes.
-enum Inbox {
+pub(super) enum Inbox {
     Stream(mpsc::Sender<Bytes>),
     Packets(mpsc::Sender<Datagram>),
 }
@@ -113,7 +111,7 @@ impl Link {
         self.table().opened
     }
 
-    fn insert(&self, id: u16, inbox: Inbox) -> Option<u64> {
+    pub(super) fn insert(&self, id: u16, inbox: Inbox) -> Option<u64> {
         let mut t = self.table();
         if t.closed {
             return None;
@@ -139,7 +137,7 @@ impl Link {
     }
 
     /// Client: registers the next session id, if one more session fits.
-    fn allocate(&self, max_active: usize, inbox: Inbox) -> Option<(u16, u64)> {
+    pub(super) fn allocate(&self, max_active: usize, inbox: Inbox) -> Option<(u16, u64)> {
         let mut t = self.table();
         if !Self::room(&t, max_active, self.limit) {
             return None;
@@ -150,83 +148,6 @@ impl Link {
         let gen = t.gen;
         t.map.insert(id, Entry { gen, inbox });
         Some((id, gen))
-    }
-
-    /// Registers a stream session `id` (server side: the peer opened it).
-    pub fn add_stream(self: &Arc<Self>, id: u16) -> Option<MuxStream> {
-        let (tx, rx) = mpsc::channel(STREAM_INBOX);
-        let gen = self.insert(id, Inbox::Stream(tx))?;
-        Some(MuxStream::new(self.clone(), id, gen, rx, None))
-    }
-
-    /// Registers a packet session `id` to `target` (server side). `max_send`: larger
-    /// datagrams are not sent.
-    pub fn add_packets(
-        self: &Arc<Self>,
-        id: u16,
-        target: Destination,
-        max_send: usize,
-    ) -> Option<MuxPackets> {
-        let (tx, rx) = mpsc::channel(PACKET_INBOX);
-        let gen = self.insert(id, Inbox::Packets(tx))?;
-        Some(MuxPackets::new(
-            self.clone(),
-            id,
-            gen,
-            rx,
-            target,
-            false,
-            max_send,
-        ))
-    }
-
-    /// Client: opens a stream session to `dest` if one more fits; its New frame leaves with
-    /// the first data.
-    pub fn open_stream(
-        self: &Arc<Self>,
-        dest: &Destination,
-        max_active: usize,
-    ) -> Option<MuxStream> {
-        let (tx, rx) = mpsc::channel(STREAM_INBOX);
-        let (id, gen) = self.allocate(max_active, Inbox::Stream(tx))?;
-        let opening = Meta::new_session(id, Network::Tcp, dest.clone());
-        Some(MuxStream::new(self.clone(), id, gen, rx, Some(opening)))
-    }
-
-    /// Client: opens a packet session to `dest` if one more fits; its New frame leaves with
-    /// the first datagram. `max_send`: larger datagrams are not sent.
-    pub fn open_packets(
-        self: &Arc<Self>,
-        dest: &Destination,
-        max_active: usize,
-        max_send: usize,
-    ) -> Option<MuxPackets> {
-        let (tx, rx) = mpsc::channel(PACKET_INBOX);
-        let (id, gen) = self.allocate(max_active, Inbox::Packets(tx))?;
-        Some(MuxPackets::new(
-            self.clone(),
-            id,
-            gen,
-            rx,
-            dest.clone(),
-            true,
-            max_send,
-        ))
-    }
-
-    /// Client (XUDP): registers packet session 0 to `dest`, the only one of its connection.
-    pub fn open_xudp(self: &Arc<Self>, dest: &Destination, max_send: usize) -> Option<MuxPackets> {
-        let (tx, rx) = mpsc::channel(PACKET_INBOX);
-        let gen = self.insert(0, Inbox::Packets(tx))?;
-        Some(MuxPackets::new(
-            self.clone(),
-            0,
-            gen,
-            rx,
-            dest.clone(),
-            true,
-            max_send,
-        ))
     }
 
     /// Forgets session `id` if it is still the one of generation `gen`; a client link with

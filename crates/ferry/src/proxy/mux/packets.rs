@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use tokio::sync::mpsc;
 
 use super::frame::{self, Meta};
-use super::link::{Datagram, Link};
+use super::link::{Datagram, Inbox, Link, PACKET_INBOX};
 use crate::common::{Destination, Network};
 use crate::transport::PacketConn;
 
@@ -129,5 +129,65 @@ impl std::fmt::Debug for MuxPackets {
             .field("target", &self.target)
             .field("client", &self.client)
             .finish()
+    }
+}
+
+/// The link's packet sessions (made here, beside the type; the link only keeps their inboxes).
+impl Link {
+    /// Registers a packet session `id` to `target` (server side). `max_send`: larger
+    /// datagrams are not sent.
+    pub fn add_packets(
+        self: &Arc<Self>,
+        id: u16,
+        target: Destination,
+        max_send: usize,
+    ) -> Option<MuxPackets> {
+        let (tx, rx) = mpsc::channel(PACKET_INBOX);
+        let gen = self.insert(id, Inbox::Packets(tx))?;
+        Some(MuxPackets::new(
+            self.clone(),
+            id,
+            gen,
+            rx,
+            target,
+            false,
+            max_send,
+        ))
+    }
+
+    /// Client: opens a packet session to `dest` if one more fits; its New frame leaves with
+    /// the first datagram. `max_send`: larger datagrams are not sent.
+    pub fn open_packets(
+        self: &Arc<Self>,
+        dest: &Destination,
+        max_active: usize,
+        max_send: usize,
+    ) -> Option<MuxPackets> {
+        let (tx, rx) = mpsc::channel(PACKET_INBOX);
+        let (id, gen) = self.allocate(max_active, Inbox::Packets(tx))?;
+        Some(MuxPackets::new(
+            self.clone(),
+            id,
+            gen,
+            rx,
+            dest.clone(),
+            true,
+            max_send,
+        ))
+    }
+
+    /// Client (XUDP): registers packet session 0 to `dest`, the only one of its connection.
+    pub fn open_xudp(self: &Arc<Self>, dest: &Destination, max_send: usize) -> Option<MuxPackets> {
+        let (tx, rx) = mpsc::channel(PACKET_INBOX);
+        let gen = self.insert(0, Inbox::Packets(tx))?;
+        Some(MuxPackets::new(
+            self.clone(),
+            0,
+            gen,
+            rx,
+            dest.clone(),
+            true,
+            max_send,
+        ))
     }
 }

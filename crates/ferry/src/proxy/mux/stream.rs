@@ -15,7 +15,8 @@ use tokio::sync::mpsc::{self, error::SendError, OwnedPermit};
 use tokio::time::Sleep;
 
 use super::frame::{self, Meta, MAX_STREAM_DATA};
-use super::link::Link;
+use super::link::{Inbox, Link, STREAM_INBOX};
+use crate::common::{Destination, Network};
 use crate::transport::Stream;
 
 /// How long a client session waits for its first data before its New frame leaves alone (as
@@ -134,6 +135,29 @@ impl MuxStream {
         }
         self.timer = None;
         Poll::Ready(Ok(()))
+    }
+}
+
+/// The link's stream sessions (made here, beside the type; the link only keeps their inboxes).
+impl Link {
+    /// Registers a stream session `id` (server side: the peer opened it).
+    pub fn add_stream(self: &Arc<Self>, id: u16) -> Option<MuxStream> {
+        let (tx, rx) = mpsc::channel(STREAM_INBOX);
+        let gen = self.insert(id, Inbox::Stream(tx))?;
+        Some(MuxStream::new(self.clone(), id, gen, rx, None))
+    }
+
+    /// Client: opens a stream session to `dest` if one more fits; its New frame leaves with
+    /// the first data.
+    pub fn open_stream(
+        self: &Arc<Self>,
+        dest: &Destination,
+        max_active: usize,
+    ) -> Option<MuxStream> {
+        let (tx, rx) = mpsc::channel(STREAM_INBOX);
+        let (id, gen) = self.allocate(max_active, Inbox::Stream(tx))?;
+        let opening = Meta::new_session(id, Network::Tcp, dest.clone());
+        Some(MuxStream::new(self.clone(), id, gen, rx, Some(opening)))
     }
 }
 
