@@ -10,6 +10,7 @@ pub const XRAY_COMPAT: &str = "26.3.27";
 pub mod app;
 pub mod common;
 pub mod config;
+pub mod pb;
 pub mod proxy;
 pub mod registry;
 pub mod rejects;

@@ -14,6 +14,12 @@ use crate::common::Destination;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::transport::{BoxStream, Stream};
 
+/// blackhole's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    outbound: Some(build),
+    ..crate::proxy::protocol::Protocol::named(&["blackhole", "block"])
+};
+
 /// Xray's blackhole HTTP response.
 pub const HTTP_403: &[u8] = b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nCache-Control: max-age=3600, public\r\nContent-Length: 0\r\n\r\n";
 

@@ -35,6 +35,12 @@ use crate::common::{Address, Destination, Network};
 use crate::config::reader::{self, ConfigError, Obj, Result};
 use crate::transport::{BoxStream, Dialer};
 
+/// dns's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    outbound: Some(build),
+    ..crate::proxy::protocol::Protocol::named(&["dns"])
+};
+
 /// Replies waiting for the client, per session.
 const REPLY_QUEUE: usize = 64;
 /// Lookups in flight per session; queries past it are dropped (with a log line).

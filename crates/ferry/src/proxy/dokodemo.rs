@@ -19,6 +19,12 @@ use crate::common::{Address, Destination, Network};
 use crate::config::reader::{as_str, ConfigError, Obj, Result};
 use crate::transport::BoxStream;
 
+/// dokodemo's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build),
+    ..crate::proxy::protocol::Protocol::named(&["dokodemo-door", "tunnel"])
+};
+
 /// An address and port where either may be left to the connection.
 type Target = (Option<Address>, Option<u16>);
 

@@ -19,6 +19,12 @@ use crate::transport::tcp::{self, SockOpts};
 use crate::transport::{BoxStream, Dialer, SocketDialer};
 pub use rules::{describe, guarded, is_private, Blocked, FinalRule, Guard};
 
+/// freedom's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    outbound: Some(build),
+    ..crate::proxy::protocol::Protocol::named(&["freedom", "direct"])
+};
+
 /// `domainStrategy` of freedom.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Strategy {

@@ -11,6 +11,13 @@ use super::socks::{parse_accounts, parse_server, user_level};
 use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
 use crate::config::reader::{as_str, ConfigError, Obj, Result};
 
+/// http's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    ..crate::proxy::protocol::Protocol::named(&["http"])
+};
+
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
     let accounts = parse_accounts(o)?;
     let allow_transparent = o.bool("allowTransparent")?.unwrap_or(false);

@@ -39,6 +39,14 @@ use cipher::{Kind, Method};
 pub use inbound::build as build_inbound;
 pub use outbound::build as build_outbound;
 
+/// shadowsocks's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    ..crate::proxy::protocol::Protocol::named(&["shadowsocks", "ss"])
+};
+
 /// One user a server accepts.
 #[derive(Clone)]
 pub struct Account {

@@ -34,6 +34,14 @@ use crate::proxy::User;
 pub use inbound::build as build_inbound;
 pub use outbound::build as build_outbound;
 
+/// shadowsocksr's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    ..crate::proxy::protocol::Protocol::named(&["shadowsocksr", "ssr"])
+};
+
 /// What both sides configure: method, password and the two plugins.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Common {

@@ -16,6 +16,14 @@ use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 
+/// socks's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound_aliases: &["mixed"],
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    ..crate::proxy::protocol::Protocol::named(&["socks"])
+};
+
 /// Reads one SOCKS message with `parse` and consumes it; a malformed one becomes `bad(e)`.
 async fn read_msg<T>(
     r: &mut super::head::HeadReader,

@@ -13,6 +13,14 @@ use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::session::User;
 
+/// trojan's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    ..crate::proxy::protocol::Protocol::named(&["trojan"])
+};
+
 /// One user of an inbound.
 #[derive(Clone, Debug)]
 pub struct Account {

@@ -17,6 +17,15 @@ use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::session::User;
 
+/// vless's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    muxable: true,
+    ..crate::proxy::protocol::Protocol::named(&["vless"])
+};
+
 /// `flow` of a user: plain VLESS or XTLS Vision.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Flow {

@@ -128,3 +128,12 @@ fn parse_alter_id(o: &Obj<'_>, default: u16) -> Result<u16> {
 
 pub use inbound::build as build_inbound;
 pub use outbound::build as build_outbound;
+
+/// vmess's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    muxable: true,
+    ..crate::proxy::protocol::Protocol::named(&["vmess"])
+};
