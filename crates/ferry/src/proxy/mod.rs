@@ -1,6 +1,7 @@
 //! Protocols. Each folder holds one protocol: `codec.rs` (sans-IO), `inbound.rs`, `outbound.rs`.
 //! Adding a protocol touches its own folder and one line in [`table::PROTOCOLS`].
 
+pub mod api;
 pub mod blackhole;
 pub mod dns;
 pub mod dokodemo;

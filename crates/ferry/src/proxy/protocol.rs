@@ -1,8 +1,13 @@
-//! One protocol's entry in the table ([`super::table`]): its names, its builders from JSON
-//! and what the rest of Ferry asks of it by name. Each protocol's folder defines its own
+//! One protocol's entry in the table ([`super::table`]): its names, its builders from JSON,
+//! its API codecs (Xray's protobuf configs and accounts -> the JSON its builders take, users
+//! back to protobuf) and what the rest of Ferry asks of it by name. Each protocol's folder defines its own
 //! `PROTOCOL`; the table lists them.
 
+use serde_json::Value;
+
+use super::api::Error;
 use super::{InboundBuilder, OutboundBuilder};
+use crate::pb;
 
 /// A protocol as the config reader, freedom's default rule, the API and `ferry link` see it.
 #[derive(Clone, Copy)]
@@ -18,6 +23,59 @@ pub struct Protocol {
     pub guarded: bool,
     /// Its outbound can carry Mux.Cool (`mux.enabled`).
     pub muxable: bool,
+    /// What the API reads and writes for it.
+    pub api: Api,
+}
+
+/// Users' accounts as JSON client objects of the inbound being decoded: the API's own
+/// check (the account must be the inbound protocol's), handed to an inbound decoder.
+pub type Users<'a> = &'a dyn Fn(&[pb::User]) -> Result<Vec<Value>, Error>;
+
+/// A user and its account message -> its inbound's JSON client object.
+pub type AccountDecoder = fn(&pb::User, &pb::TypedMessage) -> Result<Value, Error>;
+/// An inbound config -> JSON `settings` (its users read with the [`Users`] given).
+pub type InboundDecoder = fn(&pb::TypedMessage, Users<'_>) -> Result<Value, Error>;
+/// An outbound config -> JSON `settings`.
+pub type OutboundDecoder = fn(&pb::TypedMessage) -> Result<Value, Error>;
+
+/// A protocol's codecs for Xray's gRPC API (`HandlerService`).
+#[derive(Clone, Copy)]
+pub struct Api {
+    /// Xray's package path that prefixes its user manager's errors.
+    pub user_pkg: Option<&'static str>,
+    /// The account types (`TypedMessage.type`) its users have.
+    pub accounts: &'static [&'static str],
+    /// A user with one of `accounts` (the message given) as its inbound's JSON client object.
+    pub account: Option<AccountDecoder>,
+    /// A JSON client object of its inbound as the protobuf user (GetInboundUsers); the
+    /// inbound's own `method` for Shadowsocks users that name none.
+    pub user: Option<fn(&Value, Option<&str>) -> pb::User>,
+    /// Its inbound config types; the first is what ListInbounds names.
+    pub inbound_configs: &'static [&'static str],
+    /// An inbound config of one of `inbound_configs` as JSON `settings`.
+    pub inbound_settings: Option<InboundDecoder>,
+    /// Its inbound's users as the config ListInbounds answers with (the bytes of the first
+    /// of `inbound_configs`); empty without.
+    pub list_users: Option<fn(Vec<pb::User>) -> Vec<u8>>,
+    /// Its outbound config types; the first is what ListOutbounds names.
+    pub outbound_configs: &'static [&'static str],
+    /// An outbound config of one of `outbound_configs` as JSON `settings`.
+    pub outbound_settings: Option<OutboundDecoder>,
+}
+
+impl Api {
+    /// No API codecs.
+    pub const NONE: Api = Api {
+        user_pkg: None,
+        accounts: &[],
+        account: None,
+        user: None,
+        inbound_configs: &[],
+        inbound_settings: None,
+        list_users: None,
+        outbound_configs: &[],
+        outbound_settings: None,
+    };
 }
 
 impl Protocol {
@@ -30,6 +88,7 @@ impl Protocol {
             outbound: None,
             guarded: false,
             muxable: false,
+            api: Api::NONE,
         }
     }
 

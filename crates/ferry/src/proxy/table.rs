@@ -60,6 +60,27 @@ pub fn muxable(protocol: &str) -> bool {
     outbound(protocol).is_some_and(|p| p.muxable)
 }
 
+/// The protocol whose inbound config (API `TypedMessage` type) is `ty`.
+pub fn by_inbound_config(ty: &str) -> Option<&'static Protocol> {
+    PROTOCOLS
+        .iter()
+        .copied()
+        .find(|p| p.api.inbound_configs.contains(&ty))
+}
+
+/// The protocol whose outbound config (API `TypedMessage` type) is `ty`.
+pub fn by_outbound_config(ty: &str) -> Option<&'static Protocol> {
+    PROTOCOLS
+        .iter()
+        .copied()
+        .find(|p| p.api.outbound_configs.contains(&ty))
+}
+
+/// Whether some protocol's users have accounts of type `ty`.
+pub fn is_account(ty: &str) -> bool {
+    PROTOCOLS.iter().any(|p| p.api.accounts.contains(&ty))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

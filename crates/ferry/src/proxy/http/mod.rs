@@ -1,6 +1,7 @@
 //! `http`: an HTTP proxy inbound (CONNECT tunnels and plain forward requests, Basic auth) and
 //! an outbound that tunnels through an HTTP proxy with CONNECT.
 
+pub mod api;
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
@@ -15,6 +16,7 @@ use crate::config::reader::{as_str, ConfigError, Obj, Result};
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["http"])
 };
 

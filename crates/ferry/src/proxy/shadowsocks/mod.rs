@@ -8,6 +8,7 @@
 //!   side; `link.rs`: SIP002 `ss://` links.
 
 pub mod aead;
+pub mod api;
 pub mod cipher;
 pub mod conn;
 /// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
@@ -44,6 +45,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
     guarded: true,
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["shadowsocks", "ss"])
 };
 

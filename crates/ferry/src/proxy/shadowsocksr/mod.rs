@@ -10,6 +10,7 @@
 //! Every codec is sans-IO and returns [`util::Error`] on bad input; the server never answers
 //! one (it drains, as its Shadowsocks server does, see `inbound.rs`).
 
+pub mod api;
 pub mod cipher;
 #[cfg(any(test, feature = "fuzzing"))]
 #[allow(
@@ -39,6 +40,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
     guarded: true,
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["shadowsocksr", "ssr"])
 };
 

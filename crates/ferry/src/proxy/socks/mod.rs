@@ -3,6 +3,7 @@
 //! CONNECT and UDP ASSOCIATE through a server.
 
 pub mod accounts;
+pub mod api;
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
@@ -21,6 +22,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound_aliases: &["mixed"],
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["socks"])
 };
 

@@ -2,6 +2,7 @@
 //! front of plain bytes, no response. Inbound and outbound over TCP (TLS arrives with its own
 //! step of the same issue); connections that are not Trojan's go to the fallback once it exists.
 
+pub mod api;
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
@@ -18,6 +19,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
     guarded: true,
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["trojan"])
 };
 

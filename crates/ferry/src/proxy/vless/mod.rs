@@ -3,6 +3,7 @@
 //! `proxy/mux`); XTLS Vision, the reverse proxy and the fallbacks arrive with their issues
 //! and are refused clearly until then.
 
+pub mod api;
 pub mod codec;
 pub mod inbound;
 pub mod link;
@@ -23,6 +24,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     outbound: Some(build_outbound),
     guarded: true,
     muxable: true,
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["vless"])
 };
 

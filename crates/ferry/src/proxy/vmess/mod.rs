@@ -2,6 +2,7 @@
 //! legacy CFB stream and FNV-1a checksum both of them use in `legacy.rs`, the body stream in
 //! `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
 
+pub mod api;
 pub mod body;
 pub mod drain;
 /// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
@@ -135,5 +136,6 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     outbound: Some(build_outbound),
     guarded: true,
     muxable: true,
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["vmess"])
 };

@@ -1,5 +1,7 @@
 //! `blackhole` (alias `block`): swallows what the client sends; optionally answers HTTP 403 first.
 
+pub mod api;
+
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use crate::transport::{BoxStream, Stream};
 /// blackhole's entry in the protocol table.
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
     outbound: Some(build),
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["blackhole", "block"])
 };
 

@@ -4,6 +4,8 @@
 //! the target is the loopback address of the connection's family, without a port the port the
 //! connection arrived on; `portMap` picks the target by that port.
 
+pub mod api;
+
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -22,6 +24,7 @@ use crate::transport::BoxStream;
 /// dokodemo's entry in the protocol table.
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
     inbound: Some(build),
+    api: api::API,
     ..crate::proxy::protocol::Protocol::named(&["dokodemo-door", "tunnel"])
 };
 
