@@ -25,6 +25,38 @@ pub struct Protocol {
     pub muxable: bool,
     /// What the API reads and writes for it.
     pub api: Api,
+    /// Its share links (`ferry link`).
+    pub links: Links,
+}
+
+/// A protocol's share links.
+#[derive(Clone, Copy)]
+pub struct Links {
+    /// The link schemes it reads (`vless` for `vless://`).
+    pub schemes: &'static [&'static str],
+    /// A link of one of `schemes` as an outbound JSON object.
+    pub parse: Option<LinkParser>,
+    /// Links for the users of its inbound (the inbound's JSON object), reached at
+    /// `host:port`: `(email, link)`.
+    pub inbound: Option<InboundLinks>,
+    /// Links for a config's outbounds of this protocol (the merged config).
+    pub outbounds: Option<fn(&Value) -> Vec<String>>,
+}
+
+/// A share link -> an outbound JSON object.
+pub type LinkParser = fn(&str) -> Result<Value, String>;
+
+/// An inbound's JSON object, host and port -> `(email, link)` for each of its users.
+pub type InboundLinks = fn(&Value, &str, u16) -> Result<Vec<(String, String)>, String>;
+
+impl Links {
+    /// No share links.
+    pub const NONE: Links = Links {
+        schemes: &[],
+        parse: None,
+        inbound: None,
+        outbounds: None,
+    };
 }
 
 /// Users' accounts as JSON client objects of the inbound being decoded: the API's own
@@ -89,6 +121,7 @@ impl Protocol {
             guarded: false,
             muxable: false,
             api: Api::NONE,
+            links: Links::NONE,
         }
     }
 

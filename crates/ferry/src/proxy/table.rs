@@ -81,6 +81,26 @@ pub fn is_account(ty: &str) -> bool {
     PROTOCOLS.iter().any(|p| p.api.accounts.contains(&ty))
 }
 
+/// What a share link of no known scheme is read as: Shadowsocks's reader says what it is
+/// not (and takes an `ss://` link with blanks around it).
+const DEFAULT_LINK: &Protocol = &shadowsocks::PROTOCOL;
+
+/// A share link as an outbound JSON object, read by the protocol of its scheme.
+pub fn parse_link(link: &str) -> Result<serde_json::Value, String> {
+    let p = PROTOCOLS
+        .iter()
+        .copied()
+        .find(|p| {
+            p.links.schemes.iter().any(|s| {
+                link.strip_prefix(s)
+                    .is_some_and(|rest| rest.starts_with("://"))
+            })
+        })
+        .unwrap_or(DEFAULT_LINK);
+    let parse = p.links.parse.ok_or("no share links for this protocol")?;
+    parse(link)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     outbound: Some(build_outbound),
     guarded: true,
     api: api::API,
+    links: link::LINKS,
     ..crate::proxy::protocol::Protocol::named(&["shadowsocksr", "ssr"])
 };
 

@@ -20,6 +20,10 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     outbound: Some(build_outbound),
     guarded: true,
     api: api::API,
+    links: crate::proxy::protocol::Links {
+        schemes: &["trojan"],
+        ..crate::proxy::vless::link::LINKS
+    },
     ..crate::proxy::protocol::Protocol::named(&["trojan"])
 };
 

@@ -137,5 +137,6 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     guarded: true,
     muxable: true,
     api: api::API,
+    links: link::LINKS,
     ..crate::proxy::protocol::Protocol::named(&["vmess"])
 };
