@@ -38,7 +38,7 @@ use crate::transport::{BoxStream, Dialer};
 /// dns's entry in the protocol table.
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
     outbound: Some(build),
-    ..crate::proxy::protocol::Protocol::named(&["dns"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["dns"])
 };
 
 /// Replies waiting for the client, per session.

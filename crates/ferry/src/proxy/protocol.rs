@@ -12,6 +12,8 @@ use crate::pb;
 /// A protocol as the config reader, freedom's default rule, the API and `ferry link` see it.
 #[derive(Clone, Copy)]
 pub struct Protocol {
+    /// The module that defines it (`module_path!()`: its folder or file under `proxy/`).
+    pub module: &'static str,
     /// Its name, then Xray's aliases (config `protocol`, compared ignoring case).
     pub names: &'static [&'static str],
     /// Aliases its inbound alone answers to (`mixed` is a SOCKS inbound, never an outbound).
@@ -111,9 +113,10 @@ impl Api {
 }
 
 impl Protocol {
-    /// An entry with nothing but its names (each protocol fills in what it has).
-    pub const fn named(names: &'static [&'static str]) -> Protocol {
+    /// An entry of `module` with nothing but its names (each protocol fills in what it has).
+    pub const fn named(module: &'static str, names: &'static [&'static str]) -> Protocol {
         Protocol {
+            module,
             names,
             inbound_aliases: &[],
             inbound: None,

@@ -102,6 +102,10 @@ pub fn parse_link(link: &str) -> Result<serde_json::Value, String> {
 }
 
 #[cfg(test)]
+#[path = "table_names.rs"]
+mod names;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

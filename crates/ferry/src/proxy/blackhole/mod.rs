@@ -20,7 +20,7 @@ use crate::transport::{BoxStream, Stream};
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
     outbound: Some(build),
     api: api::API,
-    ..crate::proxy::protocol::Protocol::named(&["blackhole", "block"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["blackhole", "block"])
 };
 
 /// Xray's blackhole HTTP response.

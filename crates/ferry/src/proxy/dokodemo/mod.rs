@@ -25,7 +25,7 @@ use crate::transport::BoxStream;
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
     inbound: Some(build),
     api: api::API,
-    ..crate::proxy::protocol::Protocol::named(&["dokodemo-door", "tunnel"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["dokodemo-door", "tunnel"])
 };
 
 /// An address and port where either may be left to the connection.

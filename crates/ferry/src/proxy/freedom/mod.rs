@@ -24,7 +24,7 @@ pub use rules::{describe, guarded, is_private, Blocked, FinalRule, Guard};
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
     outbound: Some(build),
     api: api::API,
-    ..crate::proxy::protocol::Protocol::named(&["freedom", "direct"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["freedom", "direct"])
 };
 
 /// `domainStrategy` of freedom.

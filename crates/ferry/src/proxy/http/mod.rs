@@ -17,7 +17,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
     api: api::API,
-    ..crate::proxy::protocol::Protocol::named(&["http"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["http"])
 };
 
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {

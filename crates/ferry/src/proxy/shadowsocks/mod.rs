@@ -47,7 +47,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     guarded: true,
     api: api::API,
     links: link::LINKS,
-    ..crate::proxy::protocol::Protocol::named(&["shadowsocks", "ss"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["shadowsocks", "ss"])
 };
 
 /// One user a server accepts.

@@ -42,7 +42,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     guarded: true,
     api: api::API,
     links: link::LINKS,
-    ..crate::proxy::protocol::Protocol::named(&["shadowsocksr", "ssr"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["shadowsocksr", "ssr"])
 };
 
 /// What both sides configure: method, password and the two plugins.

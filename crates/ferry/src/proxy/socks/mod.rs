@@ -23,7 +23,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
     api: api::API,
-    ..crate::proxy::protocol::Protocol::named(&["socks"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["socks"])
 };
 
 /// Reads one SOCKS message with `parse` and consumes it; a malformed one becomes `bad(e)`.

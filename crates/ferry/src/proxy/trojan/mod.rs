@@ -24,7 +24,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
         schemes: &["trojan"],
         ..crate::proxy::vless::link::LINKS
     },
-    ..crate::proxy::protocol::Protocol::named(&["trojan"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["trojan"])
 };
 
 /// One user of an inbound.

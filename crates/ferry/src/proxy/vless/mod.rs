@@ -26,7 +26,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     muxable: true,
     api: api::API,
     links: link::LINKS,
-    ..crate::proxy::protocol::Protocol::named(&["vless"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["vless"])
 };
 
 /// `flow` of a user: plain VLESS or XTLS Vision.

@@ -138,5 +138,5 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     muxable: true,
     api: api::API,
     links: link::LINKS,
-    ..crate::proxy::protocol::Protocol::named(&["vmess"])
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["vmess"])
 };
