@@ -544,26 +544,9 @@ fn run(sources: Vec<String>, test: bool, grace: u64) -> Result<ExitCode> {
 /// for the users of the config's shadowsocks, shadowsocksr, VLESS and Trojan inbounds (REALITY
 /// or TLS included) and `vmess://` links for its VMess outbounds.
 fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> Result<ExitCode> {
-    use ferry::proxy::shadowsocks::link::{links_for_inbound, Link};
-    use ferry::proxy::vmess::link::VmessLink;
+    use ferry::proxy::table;
     if let Some(l) = link {
-        let out = if l.starts_with("ssr://") {
-            ferry::proxy::shadowsocksr::link::Link::decode(&l)
-                .and_then(|l| l.to_outbound())
-                .map_err(|e| anyhow!("{e}"))?
-        } else if l.starts_with("vless://") || l.starts_with("trojan://") {
-            ferry::proxy::vless::link::ShareLink::parse(&l)
-                .and_then(|l| l.to_outbound())
-                .map_err(|e| anyhow!("{e}"))?
-        } else if l.starts_with("vmess://") {
-            VmessLink::parse(&l)
-                .map_err(|e| anyhow!("{e}"))?
-                .to_outbound()
-        } else {
-            Link::decode(&l)
-                .and_then(|l| l.to_outbound())
-                .map_err(|e| anyhow!("{e}"))?
-        };
+        let out = table::parse_link(&l).map_err(|e| anyhow!("{e}"))?;
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -586,11 +569,9 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
         .flatten()
     {
         let proto = ib.get("protocol").and_then(|v| v.as_str()).unwrap_or("");
-        let ssr = proto.eq_ignore_ascii_case("shadowsocksr") || proto.eq_ignore_ascii_case("ssr");
-        let share = proto.eq_ignore_ascii_case("vless") || proto.eq_ignore_ascii_case("trojan");
-        if !proto.eq_ignore_ascii_case("shadowsocks") && !ssr && !share {
+        let Some(links_for) = table::inbound(proto).and_then(|p| p.links.inbound) else {
             continue;
-        }
+        };
         let port = ib
             .get("port")
             .and_then(|v| {
@@ -604,27 +585,7 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
             .and_then(|v| v.as_str())
             .unwrap_or("0.0.0.0");
         let h = host.clone().unwrap_or_else(|| listen.to_string());
-        let settings = ib.get("settings").cloned().unwrap_or_default();
-        let links: Vec<(String, String)> = if share {
-            ferry::proxy::vless::link::links_for_inbound(ib, &h, port)
-                .map_err(|e| anyhow!("{e}"))?
-                .into_iter()
-                .map(|(e, l)| (e, l.encode()))
-                .collect()
-        } else if ssr {
-            ferry::proxy::shadowsocksr::link::links_for_inbound(&settings, &h, port)
-                .map_err(|e| anyhow!("{e}"))?
-                .into_iter()
-                .map(|(e, l)| (e, l.encode()))
-                .collect()
-        } else {
-            links_for_inbound(&settings, &h, port)
-                .map_err(|e| anyhow!("{e}"))?
-                .into_iter()
-                .map(|(e, l)| (e, l.encode()))
-                .collect()
-        };
-        for (email, l) in links {
+        for (email, l) in links_for(ib, &h, port).map_err(|e| anyhow!("{e}"))? {
             let who = if email.is_empty() {
                 "(no email)".to_string()
             } else {
@@ -634,9 +595,11 @@ fn link_cmd(link: Option<String>, config: Vec<String>, host: Option<String>) -> 
             n += 1;
         }
     }
-    for l in VmessLink::from_config(&merged) {
-        println!("{}", l.to_link());
-        n += 1;
+    for outbound_links in table::PROTOCOLS.iter().filter_map(|p| p.links.outbounds) {
+        for l in outbound_links(&merged) {
+            println!("{l}");
+            n += 1;
+        }
     }
     if n == 0 {
         return Err(anyhow!(

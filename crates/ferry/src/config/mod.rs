@@ -294,10 +294,7 @@ pub fn parse_outbound(
     let mux = match o.obj("mux")? {
         Some(m) => {
             let s = proxy::mux::MuxSettings::parse(&m)?;
-            let muxable = ["vless", "vmess"]
-                .iter()
-                .any(|p| p.eq_ignore_ascii_case(&name));
-            if s.enabled && !muxable {
+            if s.enabled && !proxy::table::muxable(&name) {
                 return Err(ConfigError::new(
                     m.key_path("enabled"),
                     format!("mux on a {name} outbound is not supported (vless and vmess have it)"),
@@ -470,7 +467,7 @@ impl Config {
             );
             outbounds.push(Outbound {
                 tag: String::new(),
-                protocol: "freedom".into(),
+                protocol: proxy::freedom::PROTOCOL.name().into(),
                 handler: Arc::new(proxy::freedom::Freedom::default()),
             });
         }

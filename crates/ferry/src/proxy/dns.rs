@@ -34,6 +34,12 @@ use crate::config::reader::{self, ConfigError, Obj, Result};
 use crate::matchers::{DomainSet, DomainType};
 use crate::transport::{BoxStream, Dialer};
 
+/// dns's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    outbound: Some(build),
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["dns"])
+};
+
 /// Replies waiting for the client, per session.
 const REPLY_QUEUE: usize = 64;
 /// Lookups in flight per session; queries past it are dropped (with a log line).

@@ -1,6 +1,7 @@
 //! Protocols. Each folder holds one protocol: `codec.rs` (sans-IO), `inbound.rs`, `outbound.rs`.
-//! Adding a protocol touches its own folder and one line in [`INBOUNDS`] or [`OUTBOUNDS`].
+//! Adding a protocol touches its own folder and one line in [`table::PROTOCOLS`].
 
+pub mod api;
 pub mod blackhole;
 pub mod dns;
 pub mod dokodemo;
@@ -11,9 +12,11 @@ pub use crate::transport::head;
 pub mod headed;
 pub mod http;
 pub mod mux;
+pub mod protocol;
 pub mod shadowsocks;
 pub mod shadowsocksr;
 pub mod socks;
+pub mod table;
 pub mod trojan;
 pub mod udp;
 pub mod vless;
@@ -193,46 +196,4 @@ pub type InboundBuilder =
 pub type OutboundBuilder =
     fn(&Obj<'_>, &OutboundBuild<'_>) -> crate::config::reader::Result<Arc<dyn OutboundHandler>>;
 
-/// Inbound protocols by name (and Xray's aliases).
-pub const INBOUNDS: &[(&[&str], InboundBuilder)] = &[
-    (&["dokodemo-door", "tunnel"], dokodemo::build),
-    (&["socks", "mixed"], socks::build_inbound),
-    (&["http"], http::build_inbound),
-    (&["vmess"], vmess::build_inbound),
-    (&["vless"], vless::build_inbound),
-    (&["trojan"], trojan::build_inbound),
-    (&["shadowsocks", "ss"], shadowsocks::build_inbound),
-    (&["shadowsocksr", "ssr"], shadowsocksr::build_inbound),
-];
-
-/// Outbound protocols by name (and Xray's aliases).
-pub const OUTBOUNDS: &[(&[&str], OutboundBuilder)] = &[
-    (&["freedom", "direct"], freedom::build),
-    (&["blackhole", "block"], blackhole::build),
-    (&["dns"], dns::build),
-    (&["socks"], socks::build_outbound),
-    (&["http"], http::build_outbound),
-    (&["vmess"], vmess::build_outbound),
-    (&["vless"], vless::build_outbound),
-    (&["trojan"], trojan::build_outbound),
-    (&["shadowsocks", "ss"], shadowsocks::build_outbound),
-    (&["shadowsocksr", "ssr"], shadowsocksr::build_outbound),
-];
-
-/// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
-pub const KNOWN_ELSEWHERE: &[&str] = &["wireguard", "hysteria", "loopback", "mtproto", "tun"];
-
-fn find<T: Copy>(table: &[(&[&str], T)], name: &str) -> Option<T> {
-    table
-        .iter()
-        .find(|(names, _)| names.iter().any(|n| n.eq_ignore_ascii_case(name)))
-        .map(|(_, b)| *b)
-}
-
-pub fn inbound_builder(name: &str) -> Option<InboundBuilder> {
-    find(INBOUNDS, name)
-}
-
-pub fn outbound_builder(name: &str) -> Option<OutboundBuilder> {
-    find(OUTBOUNDS, name)
-}
+pub use table::{inbound_builder, outbound_builder, KNOWN_ELSEWHERE};

@@ -277,16 +277,22 @@ async fn inbound_users(api: &Api, req: &[u8], count: bool) -> Result<Vec<u8>, St
     Ok(pb::GetInboundUserResponse { users }.encode_to_vec())
 }
 
-/// The proxy config type of an inbound protocol (ListInbounds).
-fn inbound_type(protocol: &str) -> &'static str {
-    match protocol.to_ascii_lowercase().as_str() {
-        "vless" => "xray.proxy.vless.inbound.Config",
-        "vmess" => "xray.proxy.vmess.inbound.Config",
-        "trojan" => "xray.proxy.trojan.ServerConfig",
-        "shadowsocks" | "ss" => "xray.proxy.shadowsocks.ServerConfig",
-        "socks" | "mixed" => "xray.proxy.socks.ServerConfig",
-        "http" => "xray.proxy.http.ServerConfig",
-        _ => "xray.proxy.dokodemo.Config",
+/// The proxy settings of an inbound of `protocol` with these users (ListInbounds): its
+/// protocol's config (users in it where it has them), a dokodemo-door one for the others.
+fn inbound_proxy(protocol: &str, users: Vec<pb::User>) -> pb::TypedMessage {
+    let p = crate::proxy::table::inbound(protocol);
+    match p.and_then(|p| p.api.inbound_configs.first()) {
+        Some(ty) => pb::TypedMessage {
+            r#type: ty.to_string(),
+            value: p
+                .and_then(|p| p.api.list_users)
+                .map(|f| f(users))
+                .unwrap_or_default(),
+        },
+        None => pb::TypedMessage {
+            r#type: "xray.proxy.dokodemo.Config".into(),
+            value: Vec::new(),
+        },
     }
 }
 
@@ -317,42 +323,13 @@ fn describe_inbound(st: &mut State, ib: &RunningInbound) -> pb::InboundHandlerCo
         ..Default::default()
     };
     let users: Vec<pb::User> = accounts(st, ib).values().cloned().collect();
-    let ty = inbound_type(&ib.protocol);
-    let value = match ty {
-        "xray.proxy.vless.inbound.Config" | "xray.proxy.trojan.ServerConfig" => {
-            pb::FallbackServerConfig {
-                users,
-                decryption: if ty.contains("vless") {
-                    "none".into()
-                } else {
-                    String::new()
-                },
-                ..Default::default()
-            }
-            .encode_to_vec()
-        }
-        "xray.proxy.vmess.inbound.Config" => pb::VmessInboundConfig {
-            user: users,
-            default: None,
-        }
-        .encode_to_vec(),
-        "xray.proxy.shadowsocks.ServerConfig" => pb::ShadowsocksServerConfig {
-            users,
-            network: Vec::new(),
-        }
-        .encode_to_vec(),
-        _ => Vec::new(),
-    };
     pb::InboundHandlerConfig {
         tag: ib.tag.clone(),
         receiver_settings: Some(pb::TypedMessage::of(
             "xray.app.proxyman.ReceiverConfig",
             &receiver,
         )),
-        proxy_settings: Some(pb::TypedMessage {
-            r#type: ty.into(),
-            value,
-        }),
+        proxy_settings: Some(inbound_proxy(&ib.protocol, users)),
     }
 }
 
@@ -445,17 +422,11 @@ fn alter_outbound(req: &[u8]) -> Result<Vec<u8>, Status> {
     }
 }
 
+/// The proxy config type ListOutbounds names for an outbound of `protocol`.
 fn outbound_type(protocol: &str) -> String {
-    match protocol.to_ascii_lowercase().as_str() {
-        "freedom" | "direct" => "xray.proxy.freedom.Config".into(),
-        "blackhole" | "block" => "xray.proxy.blackhole.Config".into(),
-        "vless" => "xray.proxy.vless.outbound.Config".into(),
-        "vmess" => "xray.proxy.vmess.outbound.Config".into(),
-        "trojan" => "xray.proxy.trojan.ClientConfig".into(),
-        "shadowsocks" | "ss" => "xray.proxy.shadowsocks.ClientConfig".into(),
-        "socks" => "xray.proxy.socks.ClientConfig".into(),
-        "http" => "xray.proxy.http.ClientConfig".into(),
-        other => format!("ferry.{other}"),
+    match crate::proxy::table::outbound(protocol).and_then(|p| p.api.outbound_configs.first()) {
+        Some(ty) => ty.to_string(),
+        None => format!("ferry.{protocol}"),
     }
 }
 

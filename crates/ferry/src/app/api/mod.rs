@@ -2,7 +2,7 @@
 //! StatsService, LoggerService and RoutingService under Xray's package names (and the old
 //! `v2ray.core.*` ones), so panels drive Ferry unmodified.
 //!
-//! * `pb.rs`: the protobuf messages, `prost` structs written from `proto/`.
+//! * `pb`: the protobuf messages (`crate::pb`, re-exported here).
 //! * `grpc.rs`: the HTTP/2 server (hyper + tonic's gRPC framing), one per connection, fed by
 //!   `api.listen` or by the `api.tag` outbound (the older form: an inbound routed to the tag).
 //! * `handler.rs`, `stats.rs`, `logger.rs`, `routing.rs`: the services.
@@ -13,7 +13,7 @@ mod decode;
 mod grpc;
 mod handler;
 mod logger;
-pub mod pb;
+pub use crate::pb;
 mod routing;
 mod state;
 mod stats;

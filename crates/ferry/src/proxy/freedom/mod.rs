@@ -13,11 +13,19 @@ use crate::common::{Address, Destination, Network};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::session::Session;
 
+pub mod api;
 mod rules;
 
 use crate::transport::tcp::{self, SockOpts};
 use crate::transport::{BoxStream, Dialer, SocketDialer};
 pub use rules::{describe, guarded, is_private, Blocked, FinalRule, Guard};
+
+/// freedom's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    outbound: Some(build),
+    api: api::API,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["freedom", "direct"])
+};
 
 /// `domainStrategy` of freedom.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

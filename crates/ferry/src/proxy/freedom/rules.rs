@@ -50,13 +50,10 @@ const PRIVATE: &[&str] = &[
     "ff00::/8",
 ];
 
-/// The inbound protocols whose sessions the default rule keeps off private destinations
-/// (Xray's list; `shadowsocks*` covers ShadowsocksR too, the same kind of proxy user).
-const GUARDED: &[&str] = &["vless", "vmess", "trojan", "hysteria", "wireguard"];
-
-/// Whether sessions of an inbound speaking `protocol` fall under the default rule.
+/// Whether sessions of an inbound speaking `protocol` fall under the default rule (the
+/// protocols the table marks `guarded`: Xray's list, ShadowsocksR with Shadowsocks).
 pub fn guarded(protocol: &str) -> bool {
-    GUARDED.contains(&protocol) || protocol.starts_with("shadowsocks")
+    crate::proxy::table::guarded(protocol)
 }
 
 fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {

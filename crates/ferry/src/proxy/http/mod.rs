@@ -1,6 +1,7 @@
 //! `http`: an HTTP proxy inbound (CONNECT tunnels and plain forward requests, Basic auth) and
 //! an outbound that tunnels through an HTTP proxy with CONNECT.
 
+pub mod api;
 /// HTTP/1 heads, sans-IO (in `common`: the HTTP-based transports parse them too).
 pub use crate::common::http1 as codec;
 pub mod inbound;
@@ -11,6 +12,14 @@ use std::sync::Arc;
 use super::socks::{parse_accounts, parse_server, user_level};
 use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
 use crate::config::reader::{as_str, ConfigError, Obj, Result};
+
+/// http's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    api: api::API,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["http"])
+};
 
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
     let accounts = parse_accounts(o)?;

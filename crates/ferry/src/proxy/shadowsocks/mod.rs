@@ -8,6 +8,7 @@
 //!   side; `link.rs`: SIP002 `ss://` links.
 
 pub mod aead;
+pub mod api;
 pub mod cipher;
 pub mod conn;
 /// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
@@ -38,6 +39,16 @@ use cipher::{Kind, Method};
 
 pub use inbound::build as build_inbound;
 pub use outbound::build as build_outbound;
+
+/// shadowsocks's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    api: api::API,
+    links: link::LINKS,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["shadowsocks", "ss"])
+};
 
 /// One user a server accepts.
 #[derive(Clone)]

@@ -187,6 +187,22 @@ pub fn links_for_inbound(
         .collect())
 }
 
+/// ShadowsocksR's share links: `ssr://` read, and written for its inbounds' users.
+pub const LINKS: crate::proxy::protocol::Links = crate::proxy::protocol::Links {
+    schemes: &["ssr"],
+    parse: Some(|l| Link::decode(l)?.to_outbound()),
+    inbound: Some(inbound_links),
+    outbounds: None,
+};
+
+fn inbound_links(ib: &Value, host: &str, port: u16) -> Result<Vec<(String, String)>, String> {
+    let settings = ib.get("settings").cloned().unwrap_or_default();
+    Ok(links_for_inbound(&settings, host, port)?
+        .into_iter()
+        .map(|(e, l)| (e, l.encode()))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 //! Every codec is sans-IO and returns [`util::Error`] on bad input; the server never answers
 //! one (it drains, as its Shadowsocks server does, see `inbound.rs`).
 
+pub mod api;
 pub mod cipher;
 #[cfg(any(test, feature = "fuzzing"))]
 #[allow(
@@ -33,6 +34,16 @@ use crate::proxy::User;
 
 pub use inbound::build as build_inbound;
 pub use outbound::build as build_outbound;
+
+/// shadowsocksr's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    api: api::API,
+    links: link::LINKS,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["shadowsocksr", "ssr"])
+};
 
 /// What both sides configure: method, password and the two plugins.
 #[derive(Clone, Debug, PartialEq)]

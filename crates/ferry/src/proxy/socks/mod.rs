@@ -3,6 +3,7 @@
 //! CONNECT and UDP ASSOCIATE through a server.
 
 pub mod accounts;
+pub mod api;
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
@@ -15,6 +16,15 @@ use std::sync::Arc;
 use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
+
+/// socks's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound_aliases: &["mixed"],
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    api: api::API,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["socks"])
+};
 
 /// Reads one SOCKS message with `parse` and consumes it; a malformed one becomes `bad(e)`.
 async fn read_msg<T>(

@@ -2,6 +2,7 @@
 //! front of plain bytes, no response. Inbound and outbound over TCP (TLS arrives with its own
 //! step of the same issue); connections that are not Trojan's go to the fallback once it exists.
 
+pub mod api;
 pub mod codec;
 pub mod inbound;
 pub mod outbound;
@@ -12,6 +13,19 @@ use super::{InboundBuild, InboundHandler, OutboundBuild, OutboundHandler};
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::session::User;
+
+/// trojan's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    api: api::API,
+    links: crate::proxy::protocol::Links {
+        schemes: &["trojan"],
+        ..crate::proxy::vless::link::LINKS
+    },
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["trojan"])
+};
 
 /// One user of an inbound.
 #[derive(Clone, Debug)]

@@ -364,6 +364,22 @@ pub fn links_for_inbound(
     Ok(out)
 }
 
+/// VLESS's share links: `vless://` read, and written for its inbounds' users (Trojan's
+/// entry takes these with its own scheme).
+pub const LINKS: crate::proxy::protocol::Links = crate::proxy::protocol::Links {
+    schemes: &["vless"],
+    parse: Some(|l| ShareLink::parse(l)?.to_outbound()),
+    inbound: Some(inbound_links),
+    outbounds: None,
+};
+
+fn inbound_links(ib: &Value, host: &str, port: u16) -> Result<Vec<(String, String)>, String> {
+    Ok(links_for_inbound(ib, host, port)?
+        .into_iter()
+        .map(|(e, l)| (e, l.encode()))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

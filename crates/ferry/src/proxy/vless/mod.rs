@@ -3,6 +3,7 @@
 //! `proxy/mux`); XTLS Vision, the reverse proxy and the fallbacks arrive with their issues
 //! and are refused clearly until then.
 
+pub mod api;
 pub mod codec;
 pub mod inbound;
 pub mod link;
@@ -16,6 +17,17 @@ use crate::common::uuid::parse_id;
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::session::User;
+
+/// vless's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    muxable: true,
+    api: api::API,
+    links: link::LINKS,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["vless"])
+};
 
 /// `flow` of a user: plain VLESS or XTLS Vision.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -213,6 +213,19 @@ impl VmessLink {
     }
 }
 
+/// VMess's share links: `vmess://` read, and written for a config's VMess outbounds.
+pub const LINKS: crate::proxy::protocol::Links = crate::proxy::protocol::Links {
+    schemes: &["vmess"],
+    parse: Some(|l| Ok(VmessLink::parse(l)?.to_outbound())),
+    inbound: None,
+    outbounds: Some(|cfg| {
+        VmessLink::from_config(cfg)
+            .iter()
+            .map(VmessLink::to_link)
+            .collect()
+    }),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! legacy CFB stream and FNV-1a checksum both of them use in `legacy.rs`, the body stream in
 //! `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
 
+pub mod api;
 pub mod body;
 pub mod drain;
 /// Fuzz entry points: built for this crate's tests and with the `fuzzing` feature (the cargo-fuzz
@@ -128,3 +129,14 @@ fn parse_alter_id(o: &Obj<'_>, default: u16) -> Result<u16> {
 
 pub use inbound::build as build_inbound;
 pub use outbound::build as build_outbound;
+
+/// vmess's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build_inbound),
+    outbound: Some(build_outbound),
+    guarded: true,
+    muxable: true,
+    api: api::API,
+    links: link::LINKS,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["vmess"])
+};

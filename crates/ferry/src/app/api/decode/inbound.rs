@@ -1,10 +1,13 @@
-//! `InboundHandlerConfig` -> a JSON inbound object: both `ReceiverConfig` layouts, both VLESS
-//! inbound layouts, every server protocol Ferry has.
+//! `InboundHandlerConfig` -> a JSON inbound object: both `ReceiverConfig` layouts, and the
+//! proxy settings read by the protocol whose config they are.
 
 use serde_json::{json, Map, Value};
 
-use super::{address, networks, parse, stream, user_to_json, Error, KNOWN_PROXIES};
-use crate::app::api::pb;
+use super::stream::stream;
+use super::{unknown_config, user_to_json, Error};
+use crate::pb;
+use crate::proxy::api::{address, parse};
+use crate::proxy::table;
 
 /// `ReceiverConfig` in either layout: since v25.10.15 stream settings are field 3 and
 /// sniffing field 6; before, field 3 was the allocation strategy, stream settings field 4
@@ -34,161 +37,17 @@ pub fn receiver(b: &[u8]) -> Result<pb::ReceiverConfig, Error> {
     })
 }
 
-fn fallbacks(f: &[pb::Fallback]) -> Value {
-    Value::Array(
-        f.iter()
-            .map(|f| {
-                let mut o = Map::new();
-                for (k, v) in [
-                    ("name", &f.name),
-                    ("alpn", &f.alpn),
-                    ("path", &f.path),
-                    ("type", &f.r#type),
-                ] {
-                    if !v.is_empty() {
-                        o.insert(k.into(), json!(v));
-                    }
-                }
-                o.insert("dest".into(), json!(f.dest));
-                o.insert("xver".into(), json!(f.xver));
-                Value::Object(o)
-            })
-            .collect(),
-    )
-}
-
-fn users(protocol: &str, us: &[pb::User]) -> Result<Vec<Value>, Error> {
-    us.iter().map(|u| user_to_json(protocol, u)).collect()
-}
-
-/// The VLESS inbound config in either layout: since v25.9.5 fallbacks are field 2 and
-/// `decryption` field 3; before, the other way round. The new layout is tried first; an old
-/// client's `decryption` ("none") does not parse as a fallback, and an old client's fallback
-/// read as `decryption` holds control bytes no decryption setting has.
-fn vless_inbound(b: &[u8]) -> Result<pb::FallbackServerConfig, Error> {
-    if let Ok(c) = parse::<pb::FallbackServerConfig>(b) {
-        if !c.decryption.chars().any(char::is_control) {
-            return Ok(c);
-        }
-    }
-    let o: pb::VlessInboundConfigOld = parse(b)?;
-    Ok(pb::FallbackServerConfig {
-        users: o.users,
-        fallbacks: o.fallbacks,
-        decryption: o.decryption,
-    })
-}
-
-/// An inbound's protocol settings: (protocol name, JSON `settings`).
+/// An inbound's protocol settings: (protocol name, JSON `settings`), by the protocol whose
+/// config type it is.
 fn inbound_proxy(m: &pb::TypedMessage) -> Result<(&'static str, Value), Error> {
-    Ok(match m.r#type.as_str() {
-        "xray.proxy.vless.inbound.Config" => {
-            let c = vless_inbound(&m.value)?;
-            let mut s = json!({"clients": users("vless", &c.users)?, "decryption": if c.decryption.is_empty() { "none" } else { c.decryption.as_str() }});
-            if !c.fallbacks.is_empty() {
-                s["fallbacks"] = fallbacks(&c.fallbacks);
-            }
-            ("vless", s)
-        }
-        "xray.proxy.vmess.inbound.Config" => {
-            let c: pb::VmessInboundConfig = parse(&m.value)?;
-            let mut s = json!({"clients": users("vmess", &c.user)?});
-            if let Some(d) = c.default {
-                s["default"] = json!({"level": d.level});
-            }
-            ("vmess", s)
-        }
-        "xray.proxy.trojan.ServerConfig" => {
-            let c: pb::FallbackServerConfig = parse(&m.value)?;
-            let mut s = json!({"clients": users("trojan", &c.users)?});
-            if !c.fallbacks.is_empty() {
-                s["fallbacks"] = fallbacks(&c.fallbacks);
-            }
-            ("trojan", s)
-        }
-        "xray.proxy.shadowsocks.ServerConfig" => {
-            let c: pb::ShadowsocksServerConfig = parse(&m.value)?;
-            let mut s = json!({"clients": users("shadowsocks", &c.users)?});
-            if let Some(n) = networks(&c.network) {
-                s["network"] = json!(n);
-            }
-            ("shadowsocks", s)
-        }
-        "xray.proxy.shadowsocks_2022.ServerConfig" => {
-            let c: pb::Ss2022ServerConfig = parse(&m.value)?;
-            let mut s =
-                json!({"method": c.method, "password": c.key, "email": c.email, "level": c.level});
-            if let Some(n) = networks(&c.network) {
-                s["network"] = json!(n);
-            }
-            ("shadowsocks", s)
-        }
-        "xray.proxy.shadowsocks_2022.MultiUserServerConfig" => {
-            let c: pb::Ss2022MultiConfig = parse(&m.value)?;
-            let mut s = json!({"method": c.method, "password": c.key, "clients": users("shadowsocks", &c.users)?});
-            if let Some(n) = networks(&c.network) {
-                s["network"] = json!(n);
-            }
-            ("shadowsocks", s)
-        }
-        "xray.proxy.dokodemo.Config" => {
-            let c: pb::DokodemoConfig = parse(&m.value)?;
-            if c.follow_redirect {
-                return Err("proxy/dokodemo: followRedirect is not supported by Ferry yet".into());
-            }
-            let mut s = Map::new();
-            if let Some(a) = address(&c.address) {
-                s.insert("address".into(), json!(a));
-            }
-            if c.port != 0 {
-                s.insert("port".into(), json!(c.port));
-            }
-            if !c.port_map.is_empty() {
-                s.insert("portMap".into(), json!(c.port_map));
-            }
-            if let Some(n) = networks(&c.networks) {
-                s.insert("network".into(), json!(n));
-            }
-            if c.user_level != 0 {
-                s.insert("userLevel".into(), json!(c.user_level));
-            }
-            ("dokodemo-door", Value::Object(s))
-        }
-        "xray.proxy.socks.ServerConfig" => {
-            let c: pb::SocksServerConfig = parse(&m.value)?;
-            let accounts: Vec<Value> = c
-                .accounts
-                .iter()
-                .map(|(u, p)| json!({"user": u, "pass": p}))
-                .collect();
-            let mut s = json!({
-                "auth": if c.auth_type == 1 { "password" } else { "noauth" },
-                "accounts": accounts,
-                "udp": c.udp_enabled,
-                "userLevel": c.user_level,
-            });
-            if let Some(a) = address(&c.address) {
-                s["ip"] = json!(a);
-            }
-            ("socks", s)
-        }
-        "xray.proxy.http.ServerConfig" => {
-            let c: pb::HttpServerConfig = parse(&m.value)?;
-            let accounts: Vec<Value> = c
-                .accounts
-                .iter()
-                .map(|(u, p)| json!({"user": u, "pass": p}))
-                .collect();
-            (
-                "http",
-                json!({"accounts": accounts, "allowTransparent": c.allow_transparent, "userLevel": c.user_level}),
-            )
-        }
-        t if KNOWN_PROXIES.contains(&t) => {
-            return Err(format!("{t}: this protocol is not supported by Ferry yet"))
-        }
-        _ => return Err("proto: not found".into()),
-    })
+    let p = table::by_inbound_config(&m.r#type).ok_or_else(|| unknown_config(&m.r#type))?;
+    let decode = p
+        .api
+        .inbound_settings
+        .ok_or_else(|| unknown_config(&m.r#type))?;
+    let name = p.name();
+    let users = |us: &[pb::User]| us.iter().map(|u| user_to_json(name, u)).collect();
+    Ok((name, decode(m, &users)?))
 }
 
 /// An `InboundHandlerConfig` as a JSON inbound object.
@@ -252,7 +111,6 @@ pub fn inbound_to_json(c: &pb::InboundHandlerConfig) -> Result<Value, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prost::Message;
 
     fn receiver_bytes(stream_field: u32) -> Vec<u8> {
         // port_list {range {from: 1000, to: 1000}}, then a StreamConfig{protocol_name: "tcp",
@@ -289,40 +147,5 @@ mod tests {
             );
         }
         assert!(receiver(&[0xff, 0xff]).is_err());
-    }
-
-    #[test]
-    fn both_vless_inbound_layouts_keep_decryption_and_fallbacks() {
-        let fb = pb::Fallback {
-            dest: "8080".into(),
-            ..Default::default()
-        };
-        let new = pb::FallbackServerConfig {
-            users: vec![],
-            fallbacks: vec![fb.clone()],
-            decryption: "none".into(),
-        };
-        let old = pb::VlessInboundConfigOld {
-            users: vec![],
-            decryption: "none".into(),
-            fallbacks: vec![fb.clone()],
-        };
-        let old_no_decryption = pb::VlessInboundConfigOld {
-            decryption: String::new(),
-            ..old.clone()
-        };
-        for (what, bytes, dec) in [
-            ("new", new.encode_to_vec(), "none"),
-            ("old", old.encode_to_vec(), "none"),
-            (
-                "old without decryption",
-                old_no_decryption.encode_to_vec(),
-                "",
-            ),
-        ] {
-            let c = vless_inbound(&bytes).unwrap();
-            assert_eq!(c.decryption, dec, "{what}");
-            assert_eq!(c.fallbacks, vec![fb.clone()], "{what}");
-        }
     }
 }

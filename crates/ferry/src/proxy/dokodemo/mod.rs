@@ -4,6 +4,8 @@
 //! the target is the loopback address of the connection's family, without a port the port the
 //! connection arrived on; `portMap` picks the target by that port.
 
+pub mod api;
+
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -18,6 +20,13 @@ use crate::common::{Address, Destination, Network};
 use crate::config::reader::{as_str, ConfigError, Obj, Result};
 use crate::proxy::udp::{UdpReply, MAX_DATAGRAM};
 use crate::transport::BoxStream;
+
+/// dokodemo's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    inbound: Some(build),
+    api: api::API,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["dokodemo-door", "tunnel"])
+};
 
 /// An address and port where either may be left to the connection.
 type Target = (Option<Address>, Option<u16>);

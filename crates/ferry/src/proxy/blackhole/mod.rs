@@ -1,5 +1,7 @@
 //! `blackhole` (alias `block`): swallows what the client sends; optionally answers HTTP 403 first.
 
+pub mod api;
+
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,6 +15,13 @@ use super::{OutboundBuild, OutboundHandler, PacketConn};
 use crate::common::Destination;
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::transport::{BoxStream, Stream};
+
+/// blackhole's entry in the protocol table.
+pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
+    outbound: Some(build),
+    api: api::API,
+    ..crate::proxy::protocol::Protocol::named(module_path!(), &["blackhole", "block"])
+};
 
 /// Xray's blackhole HTTP response.
 pub const HTTP_403: &[u8] = b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nCache-Control: max-age=3600, public\r\nContent-Length: 0\r\n\r\n";
