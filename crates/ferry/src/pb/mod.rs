@@ -7,7 +7,11 @@
 use std::collections::HashMap;
 
 mod config;
+mod proxies;
+mod stream;
 pub use config::*;
+pub use proxies::*;
+pub use stream::*;
 
 /// `xray.common.serial.TypedMessage`: `type` is the full message name, no URL prefix.
 #[derive(Clone, PartialEq, prost::Message)]
