@@ -15,6 +15,7 @@ pub mod swap;
     reason = "the one module of raw syscalls; each block has a SAFETY line"
 )]
 pub mod sys;
+pub mod text;
 pub mod uuid;
 
 pub use addr::{Address, Destination, Network};

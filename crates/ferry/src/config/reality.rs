@@ -21,7 +21,7 @@ pub fn key32(s: &str) -> Option<[u8; 32]> {
 
 /// Base64url without padding, as `xray x25519` prints keys.
 pub fn b64(b: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+    crate::common::text::base64_url(b)
 }
 
 fn short_id(s: &str) -> Option<[u8; 8]> {

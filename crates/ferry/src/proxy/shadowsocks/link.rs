@@ -2,10 +2,10 @@
 //! base64url(`method:password`) for stream/AEAD methods and percent-encoded `method:password`
 //! for 2022 methods (SIP002 requires the plain form there).
 
-use base64::Engine;
 use serde_json::{json, Value};
 
 use super::cipher::{Kind, Method};
+use crate::common::text::{base64_decode, base64_url, percent_decode, percent_encode};
 use crate::config::reader::{Diagnostics, Obj};
 
 /// A decoded link.
@@ -19,53 +19,17 @@ pub struct Link {
     pub plugin: Option<String>,
 }
 
-fn pct_encode(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            o.push(b as char);
-        } else {
-            o.push_str(&format!("%{b:02X}"));
-        }
-    }
-    o
-}
-
-fn pct_decode(s: &str) -> Result<String, String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let h = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent escape at {i}"))?;
-            out.push(h);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "not UTF-8".to_string())
-}
-
 impl Link {
     /// Formats the link (IPv6 hosts in brackets).
     pub fn encode(&self) -> String {
         let ui = if self.method.kind() == Kind::Aead2022 {
             format!(
                 "{}:{}",
-                pct_encode(self.method.name()),
-                pct_encode(&self.password)
+                percent_encode(self.method.name()),
+                percent_encode(&self.password)
             )
         } else {
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(
-                "{}:{}",
-                self.method.name(),
-                self.password
-            ))
+            base64_url(format!("{}:{}", self.method.name(), self.password).as_bytes())
         };
         let host = if self.host.contains(':') && !self.host.starts_with('[') {
             format!("[{}]", self.host)
@@ -74,11 +38,11 @@ impl Link {
         };
         let mut s = format!("ss://{ui}@{host}:{}", self.port);
         if let Some(p) = &self.plugin {
-            s.push_str(&format!("/?plugin={}", pct_encode(p)));
+            s.push_str(&format!("/?plugin={}", percent_encode(p)));
         }
         if !self.tag.is_empty() {
             s.push('#');
-            s.push_str(&pct_encode(&self.tag));
+            s.push_str(&percent_encode(&self.tag));
         }
         s
     }
@@ -90,7 +54,7 @@ impl Link {
             .strip_prefix("ss://")
             .ok_or("not an ss:// link")?;
         let (rest, tag) = match rest.split_once('#') {
-            Some((r, t)) => (r, pct_decode(t)?),
+            Some((r, t)) => (r, percent_decode(t)?),
             None => (rest, String::new()),
         };
         let (rest, query) = match rest.split_once('?') {
@@ -100,13 +64,10 @@ impl Link {
         let rest = rest.trim_end_matches('/');
         let (ui, hostport) = rest.rsplit_once('@').ok_or("missing '@'")?;
         let userinfo = if ui.contains(':') || ui.contains('%') {
-            pct_decode(ui)?
+            percent_decode(ui)?
         } else {
-            let t = ui.trim_end_matches('=');
-            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(t)
-                .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(t))
-                .map_err(|_| "user info is neither base64 nor method:password")?;
+            let bytes =
+                base64_decode(ui).map_err(|_| "user info is neither base64 nor method:password")?;
             String::from_utf8(bytes).map_err(|_| "user info is not UTF-8")?
         };
         let (m, password) = userinfo.split_once(':').ok_or("user info lacks ':'")?;
@@ -120,7 +81,7 @@ impl Link {
         let mut plugin = None;
         for kv in query.unwrap_or("").split('&') {
             if let Some(v) = kv.strip_prefix("plugin=") {
-                plugin = Some(pct_decode(v)?);
+                plugin = Some(percent_decode(v)?);
             }
         }
         Ok(Link {

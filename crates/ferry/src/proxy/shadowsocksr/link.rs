@@ -3,9 +3,9 @@
 //! lenient as the C# client is (standard or URL-safe alphabet, padded or not, IPv6 hosts, no
 //! `/?` part); encoding writes the canonical form.
 
-use base64::Engine;
 use serde_json::{json, Value};
 
+use crate::common::text::{base64_decode, base64_url};
 use crate::config::reader::{Diagnostics, Obj};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -23,24 +23,11 @@ pub struct Link {
 }
 
 fn enc(s: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s.as_bytes())
+    base64_url(s.as_bytes())
 }
 
 fn dec(s: &str) -> Result<String, String> {
-    let t: String = s
-        .trim()
-        .trim_end_matches('=')
-        .chars()
-        .map(|c| match c {
-            '-' => '+',
-            '_' => '/',
-            c => c,
-        })
-        .collect();
-    let b = base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(t.as_bytes())
-        .map_err(|_| format!("{s:?} is not base64"))?;
-    String::from_utf8(b).map_err(|_| "not UTF-8".to_string())
+    String::from_utf8(base64_decode(s)?).map_err(|_| "not UTF-8".to_string())
 }
 
 fn strip_compatible(s: &str) -> String {
@@ -268,10 +255,7 @@ mod tests {
         assert_eq!(Link::decode(&s).unwrap(), l);
         // Standard alphabet with padding, and `_compatible` names written without the suffix.
         let body = "1.2.3.4:80:auth_sha1_v4_compatible:none:http_simple_compatible:cA==";
-        let std = format!(
-            "ssr://{}",
-            base64::engine::general_purpose::STANDARD.encode(body)
-        );
+        let std = format!("ssr://{}", crate::common::text::base64_std(body.as_bytes()));
         let d = Link::decode(&std).unwrap();
         assert_eq!(d.password, "p");
         assert!(

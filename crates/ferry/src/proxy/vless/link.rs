@@ -21,43 +21,7 @@ pub struct ShareLink {
     pub name: String,
 }
 
-fn unhex(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).map(|d| d as u8)
-}
-
-/// Percent-decoding (`+` stays `+`, as Xray's clients write spaces as %20).
-pub fn percent_decode(s: &str) -> Result<String, String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let (h, l) = (b.get(i + 1).copied(), b.get(i + 2).copied());
-            match (h.and_then(unhex), l.and_then(unhex)) {
-                (Some(h), Some(l)) => out.push(h << 4 | l),
-                _ => return Err(format!("bad percent escape in {s:?}")),
-            }
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8"))
-}
-
-/// Percent-encoding of everything but unreserved characters.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use crate::common::text::{percent_decode, percent_encode};
 
 impl ShareLink {
     /// Parses a `vless://` or `trojan://` link.

@@ -1,11 +1,9 @@
 //! `vmess://` share links in the common form (v2rayN): `vmess://` + base64 of a JSON object
 //! `{"v":"2","ps","add","port","id","aid","scy","net","type","host","path","tls","sni"}`.
 
-use base64::alphabet;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
-use base64::engine::DecodePaddingMode;
-use base64::Engine;
 use serde_json::{json, Map, Value};
+
+use crate::common::text::{base64_decode, base64_std};
 
 /// One VMess server and user, as a share link carries it.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -28,11 +26,6 @@ pub struct VmessLink {
     pub tls: String,
     pub sni: String,
 }
-
-const LENIENT: GeneralPurposeConfig =
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
-const STD_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
-const URL_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIENT);
 
 fn field_str(m: &Map<String, Value>, k: &str) -> String {
     match m.get(k) {
@@ -62,10 +55,7 @@ impl VmessLink {
             .trim()
             .strip_prefix("vmess://")
             .ok_or("not a vmess:// link")?;
-        let raw = STD_LENIENT
-            .decode(b64)
-            .or_else(|_| URL_LENIENT.decode(b64))
-            .map_err(|e| format!("bad base64: {e}"))?;
+        let raw = base64_decode(b64).map_err(|e| format!("bad base64: {e}"))?;
         let v: Value = serde_json::from_slice(&raw).map_err(|e| format!("bad JSON: {e}"))?;
         let m = v.as_object().ok_or("the link's JSON is not an object")?;
         let port = field_num(m, "port")?;
@@ -112,7 +102,7 @@ impl VmessLink {
             "tls": self.tls,
             "sni": self.sni,
         });
-        format!("vmess://{}", STANDARD.encode(v.to_string()))
+        format!("vmess://{}", base64_std(v.to_string().as_bytes()))
     }
 
     /// An Xray/V2Ray outbound object for this link.
@@ -229,6 +219,8 @@ pub const LINKS: crate::proxy::protocol::Links = crate::proxy::protocol::Links {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    use base64::Engine;
 
     #[test]
     fn round_trip_and_common_variants() {
@@ -253,7 +245,7 @@ mod tests {
         let nopad = STANDARD.encode(raw).trim_end_matches('=').to_string();
         let p = VmessLink::parse(&format!("vmess://{nopad}")).unwrap();
         assert_eq!((p.port, p.alter_id, p.name.as_str()), (8080, 4, "a?b>"));
-        let url = URL_LENIENT.encode(raw);
+        let url = URL_SAFE.encode(raw);
         assert_eq!(VmessLink::parse(&format!("vmess://{url}")).unwrap(), p);
     }
 
