@@ -12,6 +12,7 @@ pub use crate::transport::head;
 pub mod headed;
 pub mod http;
 pub mod mux;
+pub mod probe;
 pub mod protocol;
 pub mod shadowsocks;
 pub mod shadowsocksr;

@@ -36,7 +36,7 @@ use crate::common::{ct, Destination, Network};
 use crate::config::reader::{Obj, Result};
 use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
 use crate::registry::{CounterSource, Users};
-use crate::transport::{BoxStream, RawSocket};
+use crate::transport::BoxStream;
 
 /// Read buffer of an AEAD-edition connection: four full chunks per read syscall. Buffers are
 /// pooled and held only while they hold bytes (see `conn.rs`).
@@ -285,20 +285,8 @@ async fn read_exact<R: AsyncRead + Unpin + ?Sized>(
         .map_err(|_| Error::Truncated)
 }
 
-/// Reads and discards until the client closes or `limit` passes (anti-probing, see module doc).
-pub async fn drain<R: AsyncRead + Unpin + ?Sized>(s: &mut R, limit: Duration) {
-    let mut sink = tokio::io::sink();
-    let _ = tokio::time::timeout(limit, tokio::io::copy(s, &mut sink)).await;
-}
-
-/// Closes at once with an RST (SO_LINGER 0 on the socket underneath), as shadowsocks-rust
-/// closes a connection whose 2022 header failed.
-fn reset(stream: BoxStream) {
-    if let Some(RawSocket::Tcp(t)) = stream.socket() {
-        let _ = socket2::SockRef::from(t).set_linger(Some(Duration::ZERO));
-    }
-    drop(stream);
-}
+pub use crate::proxy::probe::drain;
+use crate::proxy::probe::reset;
 
 /// An address request: the target, and for one-time auth the flagged header and its MAC.
 type Request = (Destination, Option<(Vec<u8>, [u8; OTA_MAC_LEN])>);

@@ -289,21 +289,8 @@ impl Inbound {
     /// handshake deadline, as Xray does for bad requests: each read takes up to 8 KiB, however
     /// few bytes are still wanted, as Xray's buffered reader does.
     async fn drain(&self, s: &mut BoxStream, seen: usize, deadline: tokio::time::Instant) {
-        let total = self.drain_total();
-        let mut left = total.saturating_sub(seen);
-        if left == 0 {
-            return;
-        }
-        let mut tmp = vec![0u8; XRAY_READ];
-        let _ = tokio::time::timeout_at(deadline, async {
-            while left > 0 {
-                match s.read(&mut tmp).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(k) => left = left.saturating_sub(k),
-                }
-            }
-        })
-        .await;
+        let left = self.drain_total().saturating_sub(seen);
+        crate::proxy::probe::drain_bytes(s, left, XRAY_READ, deadline).await;
     }
 }
 
