@@ -156,138 +156,13 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
                 "one-time auth exists only for the stream ciphers (e.g. aes-256-cfb)",
             ));
         }
-        let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
-        let psk = key_for(o, m, &pw)?;
-        if clients.is_empty() {
-            let single = Account {
-                method: m,
-                hash: cipher::psk_hash16(&psk),
-                key: psk.clone(),
-                user: top_user,
-            };
-            // `"clients": []`: a panel adds the users later (identity headers need AES).
-            if has_clients && m != Method::Blake3Chacha20Poly1305 {
-                return Ok(ServerConfig {
-                    method: m,
-                    ipsk: Some(psk),
-                    users: Vec::new(),
-                    networks,
-                    ota: None,
-                    default_method: None,
-                    key_while_empty: Some(single),
-                });
-            }
-            return Ok(ServerConfig {
-                method: m,
-                ipsk: None,
-                users: vec![single],
-                networks,
-                ota: None,
-                default_method: None,
-                key_while_empty: None,
-            });
-        }
-        if m == Method::Blake3Chacha20Poly1305 {
-            return Err(ConfigError::new(
-                o.key_path("clients"),
-                "2022-blake3-chacha20-poly1305 has no multi-user mode (identity headers need AES)",
-            ));
-        }
-        let mut users = Vec::new();
-        for c in &clients {
-            if let Some(um) = parse_method(c, "method")? {
-                if um != m {
-                    return Err(ConfigError::new(
-                        c.key_path("method"),
-                        "users of a 2022 server must not set their own method",
-                    ));
-                }
-            }
-            if c.has("address") || c.has("port") {
-                return Err(ConfigError::new(
-                    c.path(),
-                    "Shadowsocks 2022 relay users (address/port) are not supported",
-                ));
-            }
-            let pw = c.req_str("password")?;
-            let key = key_for(c, m, &pw)?;
-            users.push(Account {
-                method: m,
-                hash: cipher::psk_hash16(&key),
-                key,
-                user: user_of(c, "")?,
-            });
-        }
-        for c in clients {
-            c.finish();
-        }
-        return Ok(ServerConfig {
-            method: m,
-            ipsk: Some(psk),
-            users,
-            networks,
-            ota: None,
-            default_method: None,
-            key_while_empty: None,
-        });
+        return parse_server_2022(o, m, password, clients, has_clients, networks, top_user);
     }
-    let mut users = Vec::new();
-    if !has_clients {
-        let m = method.ok_or_else(|| ConfigError::new(o.key_path("method"), "is required"))?;
-        let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
-        let key = key_for(o, m, &pw)?;
-        users.push(Account {
-            method: m,
-            hash: [0; 16],
-            key,
-            user: top_user,
-        });
+    let users = if !has_clients {
+        vec![single_user(o, method, password, top_user)?]
     } else {
-        for c in &clients {
-            let m = parse_method(c, "method")?
-                .or(method)
-                .ok_or_else(|| ConfigError::new(c.key_path("method"), "is required"))?;
-            if m.kind() == Kind::Aead2022 {
-                return Err(ConfigError::new(
-                    c.key_path("method"),
-                    "a 2022 method belongs on the inbound, with users carrying only keys",
-                ));
-            }
-            let pw = c.req_str("password")?;
-            users.push(Account {
-                method: m,
-                hash: [0; 16],
-                key: key_for(c, m, &pw)?,
-                user: user_of(c, "")?,
-            });
-        }
-        if users.len() > 1 && users.iter().any(|u| u.method.kind() != Kind::Aead) {
-            return Err(ConfigError::new(
-                o.key_path("clients"),
-                "several users on one port need AEAD methods (stream ciphers cannot tell users apart)",
-            ));
-        }
-        for c in clients {
-            c.finish();
-        }
-        if users.is_empty() {
-            if password.as_deref().is_some_and(|p| !p.is_empty()) {
-                o.diag().warn(
-                    &o.key_path("password"),
-                    "ignored: the inbound has a clients list (its users carry their passwords)",
-                );
-            }
-            if let Some(m) = method.filter(|m| m.kind() != Kind::Aead) {
-                return Err(ConfigError::new(
-                    o.key_path("method"),
-                    format!(
-                        "an inbound that starts without users takes AEAD users only, not {:?}",
-                        m.name()
-                    ),
-                ));
-            }
-        }
-    }
+        listed_users(o, method, password, clients)?
+    };
     // With no users yet only the kind matters: the AEAD handshake tries each user's own method.
     let method = users
         .first()
@@ -309,6 +184,172 @@ pub fn parse_server(o: &Obj<'_>) -> Result<ServerConfig> {
         default_method: default_method.filter(|_| has_clients),
         key_while_empty: None,
     })
+}
+
+/// A 2022 server (method `m`): single key, or identity PSK with users (EIH).
+fn parse_server_2022(
+    o: &Obj<'_>,
+    m: Method,
+    password: Option<String>,
+    clients: Vec<Obj<'_>>,
+    has_clients: bool,
+    networks: Vec<Network>,
+    top_user: User,
+) -> Result<ServerConfig> {
+    let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
+    let psk = key_for(o, m, &pw)?;
+    if clients.is_empty() {
+        let single = Account {
+            method: m,
+            hash: cipher::psk_hash16(&psk),
+            key: psk.clone(),
+            user: top_user,
+        };
+        // `"clients": []`: a panel adds the users later (identity headers need AES).
+        if has_clients && m != Method::Blake3Chacha20Poly1305 {
+            return Ok(ServerConfig {
+                method: m,
+                ipsk: Some(psk),
+                users: Vec::new(),
+                networks,
+                ota: None,
+                default_method: None,
+                key_while_empty: Some(single),
+            });
+        }
+        return Ok(ServerConfig {
+            method: m,
+            ipsk: None,
+            users: vec![single],
+            networks,
+            ota: None,
+            default_method: None,
+            key_while_empty: None,
+        });
+    }
+    if m == Method::Blake3Chacha20Poly1305 {
+        return Err(ConfigError::new(
+            o.key_path("clients"),
+            "2022-blake3-chacha20-poly1305 has no multi-user mode (identity headers need AES)",
+        ));
+    }
+    let users = users_2022(m, clients)?;
+    Ok(ServerConfig {
+        method: m,
+        ipsk: Some(psk),
+        users,
+        networks,
+        ota: None,
+        default_method: None,
+        key_while_empty: None,
+    })
+}
+
+/// The users of a 2022 EIH server: keys only, under the server's method `m`.
+fn users_2022(m: Method, clients: Vec<Obj<'_>>) -> Result<Vec<Account>> {
+    let mut users = Vec::new();
+    for c in &clients {
+        if let Some(um) = parse_method(c, "method")? {
+            if um != m {
+                return Err(ConfigError::new(
+                    c.key_path("method"),
+                    "users of a 2022 server must not set their own method",
+                ));
+            }
+        }
+        if c.has("address") || c.has("port") {
+            return Err(ConfigError::new(
+                c.path(),
+                "Shadowsocks 2022 relay users (address/port) are not supported",
+            ));
+        }
+        let pw = c.req_str("password")?;
+        let key = key_for(c, m, &pw)?;
+        users.push(Account {
+            method: m,
+            hash: cipher::psk_hash16(&key),
+            key,
+            user: user_of(c, "")?,
+        });
+    }
+    for c in clients {
+        c.finish();
+    }
+    Ok(users)
+}
+
+/// The one user of a server without a clients list: its `method` and `password`.
+fn single_user(
+    o: &Obj<'_>,
+    method: Option<Method>,
+    password: Option<String>,
+    top_user: User,
+) -> Result<Account> {
+    let m = method.ok_or_else(|| ConfigError::new(o.key_path("method"), "is required"))?;
+    let pw = password.ok_or_else(|| ConfigError::new(o.key_path("password"), "is required"))?;
+    let key = key_for(o, m, &pw)?;
+    Ok(Account {
+        method: m,
+        hash: [0; 16],
+        key,
+        user: top_user,
+    })
+}
+
+/// The users of a stream/AEAD server with a clients list (each may name its own method,
+/// else the server's `method`).
+fn listed_users(
+    o: &Obj<'_>,
+    method: Option<Method>,
+    password: Option<String>,
+    clients: Vec<Obj<'_>>,
+) -> Result<Vec<Account>> {
+    let mut users = Vec::new();
+    for c in &clients {
+        let m = parse_method(c, "method")?
+            .or(method)
+            .ok_or_else(|| ConfigError::new(c.key_path("method"), "is required"))?;
+        if m.kind() == Kind::Aead2022 {
+            return Err(ConfigError::new(
+                c.key_path("method"),
+                "a 2022 method belongs on the inbound, with users carrying only keys",
+            ));
+        }
+        let pw = c.req_str("password")?;
+        users.push(Account {
+            method: m,
+            hash: [0; 16],
+            key: key_for(c, m, &pw)?,
+            user: user_of(c, "")?,
+        });
+    }
+    if users.len() > 1 && users.iter().any(|u| u.method.kind() != Kind::Aead) {
+        return Err(ConfigError::new(
+            o.key_path("clients"),
+            "several users on one port need AEAD methods (stream ciphers cannot tell users apart)",
+        ));
+    }
+    for c in clients {
+        c.finish();
+    }
+    if users.is_empty() {
+        if password.as_deref().is_some_and(|p| !p.is_empty()) {
+            o.diag().warn(
+                &o.key_path("password"),
+                "ignored: the inbound has a clients list (its users carry their passwords)",
+            );
+        }
+        if let Some(m) = method.filter(|m| m.kind() != Kind::Aead) {
+            return Err(ConfigError::new(
+                o.key_path("method"),
+                format!(
+                    "an inbound that starts without users takes AEAD users only, not {:?}",
+                    m.name()
+                ),
+            ));
+        }
+    }
+    Ok(users)
 }
 
 /// Reads a user added at run time (`{password, email, level}`, and `method` for AEAD) into an

@@ -2,8 +2,8 @@
 //! (specs/shadowsocksr.md), server and client, TCP and UDP.
 //!
 //! * `cipher.rs`: the stream methods (the Shadowsocks ones plus SSR's own).
-//! * `protocol.rs`: origin, verify_deflate, auth_sha1_v4, auth_aes128_*, auth_chain_a–e.
-//! * `obfs.rs`: plain, http_simple, http_post, random_head, tls1.2_ticket_auth/fastauth.
+//! * `protocol/`: origin, verify_deflate, auth_sha1_v4, auth_aes128_*, auth_chain_a–e.
+//! * `obfs/`: plain, http_simple, http_post, random_head, tls1.2_ticket_auth/fastauth.
 //! * `stream.rs`: the three composed in wire order; `udp.rs`: the datagram form.
 //! * `inbound.rs` / `outbound.rs`: the async adapters; `link.rs`: `ssr://` links.
 //!

@@ -1,6 +1,6 @@
-//! VMess (Xray/v2ray): config and builders. Headers in `header.rs`, chunk codec in `body/`, the
+//! VMess (Xray/v2ray): config and builders. Headers in `header/`, chunk codec in `body/`, the
 //! legacy CFB stream and FNV-1a checksum both of them use in `legacy.rs`, the body stream in
-//! `stream.rs`, the protocol sides in `inbound.rs` / `outbound.rs`.
+//! `stream/`, the protocol sides in `inbound.rs` / `outbound.rs`.
 
 pub mod api;
 pub mod body;

@@ -1,5 +1,7 @@
 //! The reading side of a body: [`Opener`] decodes chunks in place at the front of a buffer.
 
+use std::ops::ControlFlow;
+
 use aws_lc_rs::aead::Aad;
 
 use super::framing::*;
@@ -123,87 +125,21 @@ impl Opener {
     pub fn open_into(&mut self, buf: &mut [u8], dst: &mut [u8]) -> Result<OpenedInto, BodyError> {
         let hl = self.size.len();
         match &self.framing {
-            Framing::Raw => {
-                if buf.is_empty() {
-                    return Ok(OpenedInto::NeedMore(1));
-                }
-                if !dst.is_empty() {
-                    let n = buf.len().min(dst.len());
-                    dst[..n].copy_from_slice(&buf[..n]);
-                    return Ok(OpenedInto::Copied {
-                        len: n,
-                        consumed: n,
-                    });
-                }
-                Ok(OpenedInto::InPlace {
-                    start: 0,
-                    end: buf.len(),
-                    consumed: buf.len(),
-                })
-            }
-            Framing::Stream => {
-                let size = match self.pending {
-                    Some((s, _)) => s,
-                    None => {
-                        if buf.len() < 2 {
-                            return Ok(OpenedInto::NeedMore(2));
-                        }
-                        let mut v = u16::from_be_bytes([buf[0], buf[1]]);
-                        if let Some(m) = &mut self.size.mask {
-                            v ^= m.next();
-                        }
-                        if v == 0 {
-                            if self.first && self.empty_first_is_data {
-                                self.first = false;
-                                return Ok(OpenedInto::InPlace {
-                                    start: 2,
-                                    end: 2,
-                                    consumed: 2,
-                                });
-                            }
-                            return Ok(OpenedInto::Eof);
-                        }
-                        self.pending = Some((v as usize, 0));
-                        v as usize
-                    }
-                };
-                if buf.len() < 2 + size {
-                    return Ok(OpenedInto::NeedMore(2 + size));
-                }
-                self.pending = None;
-                self.first = false;
-                if !dst.is_empty() && size <= dst.len() {
-                    dst[..size].copy_from_slice(&buf[2..2 + size]);
-                    return Ok(OpenedInto::Copied {
-                        len: size,
-                        consumed: 2 + size,
-                    });
-                }
-                Ok(OpenedInto::InPlace {
-                    start: 2,
-                    end: 2 + size,
-                    consumed: 2 + size,
-                })
-            }
+            Framing::Raw => Ok(open_raw(buf, dst)),
+            Framing::Stream => Ok(self.open_stream(buf, dst)),
             Framing::Auth(p) => {
                 let overhead = p.overhead();
-                let (size, pad) = match self.pending {
-                    Some(v) => v,
-                    None => {
-                        if buf.len() < hl {
-                            return Ok(OpenedInto::NeedMore(hl));
-                        }
-                        let pad = self.size.padding_len();
-                        let size = read_size(&mut self.size, &buf[..hl], overhead)?;
-                        if size < overhead + pad {
-                            return Err(BodyError::BadSize(size));
-                        }
-                        if size == overhead + pad && !(self.first && self.empty_first_is_data) {
-                            return Ok(OpenedInto::Eof);
-                        }
-                        self.pending = Some((size, pad));
-                        (size, pad)
-                    }
+                let empty_first = self.first && self.empty_first_is_data;
+                let next = auth_chunk_size(
+                    &mut self.size,
+                    &mut self.pending,
+                    empty_first,
+                    buf,
+                    overhead,
+                )?;
+                let (size, pad) = match next {
+                    ControlFlow::Continue(v) => v,
+                    ControlFlow::Break(early) => return Ok(early),
                 };
                 if buf.len() < hl + size {
                     return Ok(OpenedInto::NeedMore(hl + size));
@@ -212,28 +148,8 @@ impl Opener {
                 let body = &mut buf[hl..hl + size - pad];
                 let plain = body.len() - overhead;
                 let fits = !dst.is_empty() && plain <= dst.len();
-                let (start, end) = match p {
-                    Payload::Aead(k) => {
-                        let nonce = chunk_nonce(self.count, &self.iv);
-                        if fits {
-                            let (ct, tag) = body.split_at(plain);
-                            k.open_separate_gather(nonce, Aad::empty(), ct, tag, &mut dst[..plain])
-                                .map_err(|_| BodyError::Auth)?;
-                        } else {
-                            k.open_in_place(nonce, Aad::empty(), body)
-                                .map_err(|_| BodyError::Auth)?;
-                        }
-                        (hl, hl + plain)
-                    }
-                    Payload::NoOp => (hl, hl + plain),
-                    Payload::Fnv => {
-                        let want = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
-                        if fnv1a32(&body[4..]) != want {
-                            return Err(BodyError::Auth);
-                        }
-                        (hl + 4, hl + 4 + plain)
-                    }
-                };
+                let at = hl + open_payload(p, self.count, &self.iv, body, dst, fits)?;
+                let (start, end) = (at, at + plain);
                 self.count = self.count.wrapping_add(1);
                 self.first = false;
                 if fits {
@@ -254,9 +170,138 @@ impl Opener {
         }
     }
 
+    /// `none` over TCP: `[size][data]` chunks, size 0 the end.
+    fn open_stream(&mut self, buf: &mut [u8], dst: &mut [u8]) -> OpenedInto {
+        let size = match self.pending {
+            Some((s, _)) => s,
+            None => {
+                if buf.len() < 2 {
+                    return OpenedInto::NeedMore(2);
+                }
+                let mut v = u16::from_be_bytes([buf[0], buf[1]]);
+                if let Some(m) = &mut self.size.mask {
+                    v ^= m.next();
+                }
+                if v == 0 {
+                    if self.first && self.empty_first_is_data {
+                        self.first = false;
+                        return OpenedInto::InPlace {
+                            start: 2,
+                            end: 2,
+                            consumed: 2,
+                        };
+                    }
+                    return OpenedInto::Eof;
+                }
+                self.pending = Some((v as usize, 0));
+                v as usize
+            }
+        };
+        if buf.len() < 2 + size {
+            return OpenedInto::NeedMore(2 + size);
+        }
+        self.pending = None;
+        self.first = false;
+        if !dst.is_empty() && size <= dst.len() {
+            dst[..size].copy_from_slice(&buf[2..2 + size]);
+            return OpenedInto::Copied {
+                len: size,
+                consumed: 2 + size,
+            };
+        }
+        OpenedInto::InPlace {
+            start: 2,
+            end: 2 + size,
+            consumed: 2 + size,
+        }
+    }
+
     /// The most input one chunk can need (for sizing the read buffer).
     pub fn max_chunk(&self) -> usize {
         self.size.len() + 65535 + TAG
+    }
+}
+
+/// No chunk stream: the bytes as they are, as much as fits into a non-empty `dst`.
+fn open_raw(buf: &mut [u8], dst: &mut [u8]) -> OpenedInto {
+    if buf.is_empty() {
+        return OpenedInto::NeedMore(1);
+    }
+    if !dst.is_empty() {
+        let n = buf.len().min(dst.len());
+        dst[..n].copy_from_slice(&buf[..n]);
+        return OpenedInto::Copied {
+            len: n,
+            consumed: n,
+        };
+    }
+    OpenedInto::InPlace {
+        start: 0,
+        end: buf.len(),
+        consumed: buf.len(),
+    }
+}
+
+/// Size and padding of the authenticated chunk at the front of `buf` (decoded once, then kept
+/// in `pending`); `Break` when more bytes are needed or the chunk is the end marker.
+fn auth_chunk_size(
+    size: &mut SizeCodec,
+    pending: &mut Option<(usize, usize)>,
+    empty_first: bool,
+    buf: &[u8],
+    overhead: usize,
+) -> Result<ControlFlow<OpenedInto, (usize, usize)>, BodyError> {
+    if let Some(v) = *pending {
+        return Ok(ControlFlow::Continue(v));
+    }
+    let hl = size.len();
+    if buf.len() < hl {
+        return Ok(ControlFlow::Break(OpenedInto::NeedMore(hl)));
+    }
+    let pad = size.padding_len();
+    let n = read_size(size, &buf[..hl], overhead)?;
+    if n < overhead + pad {
+        return Err(BodyError::BadSize(n));
+    }
+    if n == overhead + pad && !empty_first {
+        return Ok(ControlFlow::Break(OpenedInto::Eof));
+    }
+    *pending = Some((n, pad));
+    Ok(ControlFlow::Continue((n, pad)))
+}
+
+/// Authenticates and decrypts a chunk's payload `body` (in place, or into `dst` when it
+/// `fits` and the payload is AEAD); returns where its plaintext starts in `body`.
+fn open_payload(
+    p: &Payload,
+    count: u16,
+    iv: &[u8; 16],
+    body: &mut [u8],
+    dst: &mut [u8],
+    fits: bool,
+) -> Result<usize, BodyError> {
+    let plain = body.len() - p.overhead();
+    match p {
+        Payload::Aead(k) => {
+            let nonce = chunk_nonce(count, iv);
+            if fits {
+                let (ct, tag) = body.split_at(plain);
+                k.open_separate_gather(nonce, Aad::empty(), ct, tag, &mut dst[..plain])
+                    .map_err(|_| BodyError::Auth)?;
+            } else {
+                k.open_in_place(nonce, Aad::empty(), body)
+                    .map_err(|_| BodyError::Auth)?;
+            }
+            Ok(0)
+        }
+        Payload::NoOp => Ok(0),
+        Payload::Fnv => {
+            let want = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+            if fnv1a32(&body[4..]) != want {
+                return Err(BodyError::Auth);
+            }
+            Ok(4)
+        }
     }
 }
 
