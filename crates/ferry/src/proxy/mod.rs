@@ -167,6 +167,44 @@ pub trait UserManager: Send + Sync {
     }
 }
 
+/// An inbound whose users live in a [`Users`](crate::users::Users) table: its
+/// [`UserManager`] is the table's (the API's adds, removes and lookups, one way for all).
+pub trait UserTable: Send + Sync {
+    type Entry: crate::users::UserEntry;
+    /// What tells two users apart besides their email, for the duplicate error (`id`, ...).
+    const SECRET: &'static str;
+    fn user_table(&self) -> &crate::users::Users<Self::Entry>;
+    /// Reads an added user's JSON object (as the inbound's `clients` hold it).
+    fn read_user(&self, c: &Obj<'_>) -> Result<Self::Entry, crate::config::ConfigError>;
+}
+
+impl<T: UserTable> UserManager for T {
+    fn add_user(&self, user: &serde_json::Value) -> Result<User, crate::config::ConfigError> {
+        let diag = Diagnostics::default();
+        let c = Obj::new(user, "user", &diag)?;
+        let entry = self.read_user(&c)?;
+        c.finish();
+        self.user_table().add_user(entry).ok_or_else(|| {
+            crate::config::ConfigError::new(
+                "user",
+                format!("a user with this {} or email exists already", T::SECRET),
+            )
+        })
+    }
+
+    fn remove_user(&self, email: &str) -> bool {
+        self.user_table().remove_email(email)
+    }
+
+    fn list_users(&self) -> Vec<User> {
+        self.user_table().list()
+    }
+
+    fn find_user(&self, email: &str) -> Option<User> {
+        self.user_table().find_email(email)
+    }
+}
+
 /// What an inbound builder gets besides its `settings` object.
 pub struct InboundBuild<'a> {
     pub tag: &'a str,

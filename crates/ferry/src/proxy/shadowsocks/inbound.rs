@@ -34,7 +34,9 @@ use super::{parse_server, ss2022, Account, ServerConfig};
 use crate::common::addr::socks;
 use crate::common::{ct, Destination, Network};
 use crate::config::reader::{Obj, Result};
-use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
+use crate::proxy::{
+    Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager, UserTable,
+};
 use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
 
@@ -497,31 +499,20 @@ impl Inbound {
     }
 }
 
-impl UserManager for Inbound {
-    /// Adds `{password, email, level}` (and `method` for a multi-user AEAD inbound): a 2022
-    /// inbound with an identity key takes users by their key, an AEAD inbound by key trial;
-    /// a single-user 2022 or stream-cipher inbound cannot tell users apart.
-    fn add_user(&self, v: &serde_json::Value) -> Result<User> {
-        let diag = crate::config::Diagnostics::default();
-        let c = Obj::new(v, "user", &diag)?;
-        let a = super::parse_added_user(&c, &self.cfg, &self.users.load())?;
-        c.finish();
-        let mut a = a;
+/// Adds `{password, email, level}` (and `method` for a multi-user AEAD inbound): a 2022
+/// inbound with an identity key takes users by their key, an AEAD inbound by key trial;
+/// a single-user 2022 or stream-cipher inbound cannot tell users apart.
+impl UserTable for Inbound {
+    type Entry = Account;
+    const SECRET: &'static str = "key";
+
+    fn user_table(&self) -> &Users<Account> {
+        &self.users
+    }
+
+    fn read_user(&self, c: &Obj<'_>) -> crate::config::reader::Result<Account> {
+        let mut a = super::parse_added_user(c, &self.cfg, &self.users.load())?;
         a.user = self.counters.user(&a.user.email, a.user.level);
-        self.users.add_user(a).ok_or_else(|| {
-            crate::config::ConfigError::new("user", "a user with this key or email exists already")
-        })
-    }
-
-    fn remove_user(&self, email: &str) -> bool {
-        self.users.remove_email(email)
-    }
-
-    fn list_users(&self) -> Vec<User> {
-        self.users.list()
-    }
-
-    fn find_user(&self, email: &str) -> Option<User> {
-        self.users.find_email(email)
+        Ok(a)
     }
 }

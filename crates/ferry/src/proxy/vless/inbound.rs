@@ -16,13 +16,12 @@ use super::outbound::Datagrams;
 use super::vision::{self, VisionStream};
 use super::{parse_client, Account, ClientDefaults, Flow};
 use crate::common::{ct, Network};
-use crate::config::reader::{ConfigError, Obj, Result};
-use crate::config::Diagnostics;
+use crate::config::reader::{Obj, Result};
 use crate::proxy::fallback::{divert, first_read, Fallbacks};
 use crate::proxy::head::HeadReader;
 use crate::proxy::headed::ServerStream;
 use crate::proxy::mux::mux_cool;
-use crate::proxy::{Accepted, InboundCtx, InboundHandler, User, UserManager};
+use crate::proxy::{Accepted, InboundCtx, InboundHandler, UserManager, UserTable};
 use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
 
@@ -224,26 +223,15 @@ fn mux_not_xudp(first: &[u8]) -> bool {
     !(first[2] == 0 && first[3] == 0 && first[6] == 2)
 }
 
-impl UserManager for Inbound {
-    fn add_user(&self, v: &serde_json::Value) -> Result<User> {
-        let diag = Diagnostics::default();
-        let c = Obj::new(v, "user", &diag)?;
-        let a = parse_client(&c, &self.counters, &self.defaults)?;
-        c.finish();
-        self.users
-            .add_user(a)
-            .ok_or_else(|| ConfigError::new("user", "a user with this id or email exists already"))
+impl UserTable for Inbound {
+    type Entry = Account;
+    const SECRET: &'static str = "id";
+
+    fn user_table(&self) -> &Users<Account> {
+        &self.users
     }
 
-    fn remove_user(&self, email: &str) -> bool {
-        self.users.remove_email(email)
-    }
-
-    fn list_users(&self) -> Vec<User> {
-        self.users.list()
-    }
-
-    fn find_user(&self, email: &str) -> Option<User> {
-        self.users.find_email(email)
+    fn read_user(&self, c: &Obj<'_>) -> Result<Account> {
+        parse_client(c, &self.counters, &self.defaults)
     }
 }
