@@ -12,6 +12,7 @@ pub mod grpc;
 pub mod http_header;
 pub mod httpupgrade;
 pub mod listener;
+pub mod outer_tls;
 pub mod prefixed;
 pub mod proxy_protocol;
 pub mod read_ahead;
