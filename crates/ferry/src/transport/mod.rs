@@ -14,6 +14,7 @@ pub mod http_header;
 pub mod httpupgrade;
 pub mod layer;
 pub mod listener;
+pub mod outer_tls;
 pub mod prefixed;
 pub mod proxy_protocol;
 pub mod read_ahead;

@@ -5,7 +5,7 @@
 //! keeps nothing else per connection but two keys.
 //! - [`keys`]: cipher suites, HKDF, the per-direction record key,
 //! - [`record`]: record protection (seal/open in place, padding),
-//! - [`stream`]: the connection, an [`OuterTls`](super::tls::OuterTls) that XTLS Vision can leave.
+//! - [`stream`]: the connection, an [`OuterTls`](super::outer_tls::OuterTls) that XTLS Vision can leave.
 
 pub mod keys;
 pub mod record;

@@ -1,0 +1,222 @@
+//! The read side: ciphertext into `rx`, handed to rustls in pieces (one record at a time for
+//! XTLS Vision), plaintext out; the buffer goes back to the pool while idle.
+
+use std::io::{self, Read};
+use std::ops::{Deref, DerefMut};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use rustls::{ConnectionCommon, SideData};
+use tokio::io::{AsyncRead, ReadBuf};
+
+use super::super::capture;
+use super::{NotTls, TlsStream, MAX_RECORD, RX_SIZE};
+use crate::relay::pool;
+use crate::transport::tls13::stream::poll_read_under;
+
+impl<C, D> TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    /// Whether `rx` holds bytes to hand rustls: any, or in one-record mode a whole record.
+    pub(super) fn feedable(&self) -> bool {
+        if self.fed >= self.len {
+            return false;
+        }
+        if !self.one_record {
+            return true;
+        }
+        self.next_record_end().is_some()
+    }
+
+    /// The end of the first record not yet processed (at `rec`; part of it may have been
+    /// handed over before one-record mode began), if it is all there.
+    pub(super) fn next_record_end(&self) -> Option<usize> {
+        let rx = self.rx.as_deref()?;
+        let h = rx.get(self.rec..self.rec + 5)?;
+        let end = self.rec + 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
+        (end <= self.len && end > self.fed).then_some(end)
+    }
+
+    /// Hands rustls the next piece of `rx` (one record in one-record mode) and processes it;
+    /// errors leave rustls's alert queued (sent if the socket takes it at once).
+    #[allow(
+        clippy::expect_used,
+        clippy::unwrap_used,
+        reason = "state the read path set just before"
+    )]
+    pub(super) fn feed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let end = match self.one_record {
+            true => self.next_record_end().unwrap_or(self.len),
+            false => self.len,
+        };
+        let rx = self.rx.as_deref().expect("data in rx");
+        if self.check_first {
+            // A TLS client starts with a handshake record (22) of a 3.x version.
+            if rx[0] != 22 || (self.len > 1 && rx[1] != 3) {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, NotTls));
+            }
+            self.check_first = false;
+        }
+        let n = self.conn.read_tls(&mut &rx[self.fed..end])?;
+        self.fed += n;
+        let processed = match self.conn.is_handshaking() {
+            // The handshake's secrets are derived in here: keep the traffic secrets.
+            true => capture::capture(&mut self.secrets, || self.conn.process_new_packets()),
+            false => self.conn.process_new_packets(),
+        };
+        if let Err(e) = processed {
+            // Best effort: tell the peer why (the alert rustls queued).
+            let _ = self.poll_flush_tls(cx);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        // Every complete record handed over has been processed now.
+        let rx = self.rx.as_deref().expect("data in rx");
+        while self.fed - self.rec >= 5 {
+            let l = u16::from_be_bytes([rx[self.rec + 3], rx[self.rec + 4]]) as usize;
+            if self.rec + 5 + l > self.fed {
+                break;
+            }
+            self.rec += 5 + l;
+        }
+        if self.rec == self.len {
+            // All decrypted: start over at the front.
+            self.rec = 0;
+            self.fed = 0;
+            self.len = 0;
+        }
+        Ok(())
+    }
+
+    /// Reads more ciphertext from the network into `rx`; sets `eof` when the peer closed.
+    pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(b) = &mut *self.rx {
+            if self.len == b.len() {
+                // Full: move the undecrypted tail to the front.
+                b.copy_within(self.rec..self.len, 0);
+                self.len -= self.rec;
+                self.fed -= self.rec;
+                self.rec = 0;
+                if self.len >= MAX_RECORD {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "TLS record too long",
+                    )));
+                }
+            }
+        }
+        if self.direct_read {
+            let Some(sock) = self.io.socket() else {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            };
+            if self.len == 0 {
+                // Idle: hold no buffer while waiting.
+                if let Some(b) = self.rx.take() {
+                    pool::put(b);
+                }
+                ready!(sock.poll_read_ready(cx))?;
+            }
+            let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
+            let n = ready!(sock.poll_read_into(cx, &mut b[self.len..]))?;
+            self.eof |= n == 0;
+            self.len += n;
+            return Poll::Ready(Ok(()));
+        }
+        let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
+        let mut rb = ReadBuf::new(&mut b[self.len..]);
+        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
+        let n = rb.filled().len();
+        if n == 0 {
+            self.eof = true;
+        }
+        self.len += n;
+        Poll::Ready(Ok(()))
+    }
+
+    /// After [`OuterTls::read_raw`]: reads the stream under TLS as it is.
+    pub(super) fn poll_read_raw(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_read_under(&mut self.io, self.direct_read, cx, buf)
+    }
+
+    pub(super) fn release_idle(&mut self) {
+        if self.len == 0 {
+            if let Some(b) = self.rx.take() {
+                pool::put(b);
+            }
+        }
+    }
+}
+
+impl<C, D> AsyncRead for TlsStream<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
+    D: SideData + 'static,
+{
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.raw_read {
+            return me.poll_read_raw(cx, buf);
+        }
+        let start = buf.filled().len();
+        loop {
+            // Plaintext first; keep going while more is already here and there is room.
+            match me.conn.reader().read(buf.initialize_unfilled()) {
+                Ok(0) if buf.remaining() > 0 => return Poll::Ready(Ok(())), // close_notify
+                Ok(n) => {
+                    buf.advance(n);
+                    if buf.remaining() == 0 || me.fed == me.len || me.one_record {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The peer closed the socket without close_notify at a record boundary: an
+                // end of stream, as Go's TLS treats it.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            if me.feedable() {
+                me.feed(cx)?;
+                // Records rustls answers (key updates, tickets) go out when the socket takes them.
+                if me.conn.wants_write() {
+                    let _ = me.poll_flush_tls(cx)?;
+                }
+                continue;
+            }
+            if buf.filled().len() > start {
+                return Poll::Ready(Ok(()));
+            }
+            if me.eof {
+                if me.len > 0 {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed in the middle of a TLS record",
+                    )));
+                }
+                // Let rustls see the end (its reader then reports it).
+                me.conn.read_tls(&mut &[][..])?;
+                me.conn
+                    .process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                return Poll::Ready(Ok(()));
+            }
+            match me.poll_fill(cx) {
+                Poll::Ready(r) => r?,
+                Poll::Pending => {
+                    me.release_idle();
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
