@@ -32,7 +32,7 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("common/http1.rs", "http", "a URL scheme"),
     ("app/router/webhook.rs", "http", "a URL scheme"),
     ("transport/grpc/mod.rs", "http", "a URL scheme"),
-    ("transport/xhttp/client.rs", "http", "a URL scheme"),
+    ("transport/xhttp/client/request.rs", "http", "a URL scheme"),
     ("config/mod.rs", "dns", "the config's dns object"),
     ("app/dns/resolve.rs", "dns", "a config path in a message"),
     (
