@@ -130,18 +130,7 @@ pub fn query_get<'a>(q: &'a str, key: &str) -> Option<&'a str> {
     })
 }
 
-/// The value of cookie `name`.
-pub fn cookie_get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|kv| {
-            let (k, v) = kv.trim().split_once('=')?;
-            (k == name).then_some(v)
-        })
-}
+pub use super::obfs::cookie_get;
 
 fn placed(
     p: Placement,

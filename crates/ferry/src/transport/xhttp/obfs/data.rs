@@ -62,7 +62,7 @@ pub fn request_data(s: &XhttpSettings, headers: &HeaderMap) -> Result<Vec<u8>, D
         s.data_placement,
         DataPlacement::Auto | DataPlacement::Cookie
     ) {
-        let parts = chunks(|i| super::super::meta::cookie_get(headers, &format!("{key}_{i}")));
+        let parts = chunks(|i| super::cookie_get(headers, &format!("{key}_{i}")));
         out.extend(decode(parts, "cookie")?);
     }
     Ok(out)

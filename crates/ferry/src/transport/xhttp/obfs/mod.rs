@@ -12,6 +12,19 @@ use http::{HeaderMap, HeaderValue};
 use super::{Placement, Range, XhttpSettings};
 
 mod data;
+/// The value of cookie `name`.
+pub fn cookie_get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then_some(v)
+        })
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -239,7 +252,7 @@ pub fn request_padding<'a>(
         };
         return query_value(q, "x_padding").unwrap_or_default();
     }
-    if let Some(c) = super::meta::cookie_get(headers, &s.padding_key).filter(|c| !c.is_empty()) {
+    if let Some(c) = cookie_get(headers, &s.padding_key).filter(|c| !c.is_empty()) {
         return c.trim_matches('"').into();
     }
     let header = headers
