@@ -40,7 +40,7 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "dns",
         "the protocol of the DNS client's own queries",
     ),
-    ("proxy/dns.rs", "direct", "a DNS rule's action"),
+    ("proxy/dns/rules.rs", "direct", "a DNS rule's action"),
     ("proxy/freedom/rules.rs", "block", "a freedom rule's action"),
     (
         "proxy/vless/link.rs",

@@ -1,0 +1,83 @@
+//! `ferry link`: share links turned into outbounds, and a config's users turned into links.
+
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Result};
+
+use ferry::config;
+
+use super::source::read_source;
+
+/// `ferry link`: a `ss://`, `ssr://`, `vmess://`, `vless://` or `trojan://` link becomes an
+/// outbound JSON object; with `-c`, prints `ss://` / `ssr://` / `vless://` / `trojan://` links
+/// for the users of the config's shadowsocks, shadowsocksr, VLESS and Trojan inbounds (REALITY
+/// or TLS included) and `vmess://` links for its VMess outbounds.
+pub(crate) fn link_cmd(
+    link: Option<String>,
+    config: Vec<String>,
+    host: Option<String>,
+) -> Result<ExitCode> {
+    use ferry::proxy::table;
+    if let Some(l) = link {
+        let out = table::parse_link(&l).map_err(|e| anyhow!("{e}"))?;
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if config.is_empty() {
+        return Err(anyhow!(
+            "give an ss://, ssr://, vmess://, vless:// or trojan:// link, or -c CONFIG to print links"
+        ));
+    }
+    let mut docs = Vec::new();
+    for src in &config {
+        let (name, text) = read_source(src)?;
+        docs.push(config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?);
+    }
+    let merged = config::merge(docs);
+    let mut n = 0;
+    for ib in merged
+        .get("inbounds")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let proto = ib.get("protocol").and_then(|v| v.as_str()).unwrap_or("");
+        let Some(links_for) = table::inbound(proto).and_then(|p| p.links.inbound) else {
+            continue;
+        };
+        let port = ib
+            .get("port")
+            .and_then(|v| {
+                v.as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            })
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| anyhow!("a {proto} inbound has no single port"))?;
+        let listen = ib
+            .get("listen")
+            .and_then(|v| v.as_str())
+            .unwrap_or("0.0.0.0");
+        let h = host.clone().unwrap_or_else(|| listen.to_string());
+        for (email, l) in links_for(ib, &h, port).map_err(|e| anyhow!("{e}"))? {
+            let who = if email.is_empty() {
+                "(no email)".to_string()
+            } else {
+                email
+            };
+            println!("{who}\t{l}");
+            n += 1;
+        }
+    }
+    for outbound_links in table::PROTOCOLS.iter().filter_map(|p| p.links.outbounds) {
+        for l in outbound_links(&merged) {
+            println!("{l}");
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return Err(anyhow!(
+            "no shadowsocks/shadowsocksr/vless/trojan inbound users or vmess outbounds in the config"
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
