@@ -11,8 +11,11 @@ XRAY_VERSION=v1.260327.0
 SINGBOX_VERSION=v1.14.1
 # REALITY (client and server) and uTLS fingerprints are behind the build tag with_utls in sing-box
 # (v1.14 merged with_reality_server into it and refuses to build with the old tag); the stamp names
-# the tags so a cached build without them is rebuilt.
-SINGBOX_TAGS=with_utls
+# the tags so a cached build without them is rebuilt. QUIC (Hysteria2, HTTP/3) and the gVisor
+# stack (TUN) are behind with_quic and with_gvisor. with_wireguard is left out: the Go module proxy
+# here refuses its dependency github.com/sagernet/wireguard-go@v0.0.6 (403 "not available",
+# 2026-12-01), so the build fails with it; Xray is the WireGuard peer.
+SINGBOX_TAGS=with_quic,with_gvisor,with_utls
 # trojan-go's last release (2021). The Go module proxy serves this version but refuses the module's
 # version list, so `go install …@v0.10.6` fails on its deprecation look-up: build it from a small
 # wrapper module instead (same result: upstream's go.mod has no replace directives).

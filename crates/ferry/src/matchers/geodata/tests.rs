@@ -28,7 +28,7 @@ fn d(kind: DomainType, value: &'static str, attrs: &[&'static str]) -> Domain<'s
     }
 }
 
-/// The files the unit tests and `tests/geodata.rs` share.
+/// The files the unit tests and `tests/routing/geodata.rs` share.
 pub(crate) fn write_files(dir: &Path) {
     use DomainType::*;
     let geoip = encode_geoip(&[

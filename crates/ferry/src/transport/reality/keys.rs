@@ -264,7 +264,7 @@ mod tests {
             unhex("b6 7b 7d 69 0c c1 6c 4e 75 e5 42 13 cb 2d 37 b4 e9 c9 12 bc de d9 10 5d 42 be fd 59 d3 91 ad 38")
         );
         // The application secrets use the same Derive-Secret; interop with Xray and sing-box
-        // proves them (tests/interop_reality.rs).
+        // proves them (tests/interop/interop_reality.rs).
         let (c, sv) = s.application(&hello_hash);
         assert_ne!(c, sv);
         assert_eq!(c.len(), 32);
