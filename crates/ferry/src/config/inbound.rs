@@ -118,6 +118,10 @@ pub fn parse_inbound(
         }
     };
     let ss = StreamSettings::parse(o, false)?;
+    if let crate::transport::chain::Security::Reality(r) = &ss.security {
+        // REALITY's strangers go to the target through the relay (the transport sits below it).
+        r.relay_strangers_with(crate::relay::stranger_to_target);
+    }
     let mut sniffing = None;
     if let Some(s) = o.obj("sniffing")? {
         sniffing = crate::app::sniff::Sniffing::parse(&s)?.map(Arc::new);

@@ -358,8 +358,7 @@ fn download(d: Obj<'_>, parse_stream: StreamParser) -> Result<Download> {
     let settings = settings.clone();
     Ok(Download(Arc::new(DownloadLeg {
         server: Destination::new(Address::parse(&addr), port),
-        stream,
-        settings,
+        leg: Arc::new(move || stream.xhttp_leg(&settings, None)),
     })))
 }
 

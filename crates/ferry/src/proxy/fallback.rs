@@ -1,8 +1,8 @@
 //! Fallbacks (`settings.fallbacks` of VLESS and Trojan inbounds): what is not the protocol's
 //! goes, with every byte the client sent, to another server chosen by SNI, ALPN and HTTP path,
-//! exactly as Xray arranges and picks them (`../shared/specs/vless.md` §5). One table for both
-//! protocols; the dispatcher dials the chosen destination (TCP, unix path, `@abstract`,
-//! `@@padded`), sends a PROXY header when `xver` asks, and relays.
+//! exactly as Xray arranges and picks them (its `proxy/vless/inbound` and `proxy/trojan`).
+//! One table for both protocols; the dispatcher dials the chosen destination (TCP, unix path,
+//! `@abstract`, `@@padded`), sends a PROXY header when `xver` asks, and relays.
 
 use std::collections::HashMap;
 use std::sync::Arc;

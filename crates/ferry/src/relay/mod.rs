@@ -209,6 +209,24 @@ pub fn run<'a>(
     }
 }
 
+/// REALITY's stranger handed to the target for good: both ways with the relay's own loop, each
+/// direction allowed 300 s after the other ended (the transport's
+/// [`crate::transport::reality::server::StrangerRelay`]).
+pub fn stranger_to_target(
+    client: BoxStream,
+    target: BoxStream,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let opts = RelayOpts {
+            uplink_only: Duration::from_secs(300),
+            downlink_only: Duration::from_secs(300),
+            ..Default::default()
+        };
+        let counters = Counters::default();
+        let _ = run(client, target, &opts, &counters).await;
+    })
+}
+
 /// How one direction moves bytes now.
 enum Way {
     Copy(CopyDir),

@@ -115,8 +115,8 @@ impl StreamSettings {
         }
     }
 
-    /// An XHTTP leg's client over these settings' socket and security.
-    fn xhttp_leg(
+    /// An XHTTP leg's client over these settings' socket and layers (`via`: another outbound).
+    pub fn xhttp_leg(
         &self,
         s: &Arc<super::xhttp::XhttpSettings>,
         via: Option<Arc<dyn Dialer>>,
@@ -183,10 +183,10 @@ impl StreamSettings {
     pub fn dialer(&self, via: Option<Arc<dyn Dialer>>) -> Arc<dyn Dialer> {
         if let Network::Xhttp(s) = &self.network {
             let up = self.xhttp_leg(s, via);
-            let down = s.download.as_ref().map(|d| {
-                let d = &d.0;
-                (d.stream.xhttp_leg(&d.settings, None), d.server.clone())
-            });
+            let down = s
+                .download
+                .as_ref()
+                .map(|d| ((d.0.leg)(), d.0.server.clone()));
             let mode = super::xhttp::client::XhttpDialer::resolve(
                 s.mode,
                 matches!(self.security, Security::Reality(_)),

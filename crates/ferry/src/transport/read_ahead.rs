@@ -3,7 +3,7 @@
 //! A layer that decodes frames (an AEAD chunk, a TLS record, a WebSocket frame) reads in large
 //! batches into one buffer and decodes from it: `start..end` is what was read and not consumed
 //! yet, and a frame opened in place may leave plaintext (`plain`) for the caller to take. The
-//! buffer comes from [`crate::relay::pool`] and goes back whenever it holds nothing, so a
+//! buffer comes from [`crate::common::pool`] and goes back whenever it holds nothing, so a
 //! connection waiting for data keeps none; its size follows a [`pool::Adaptive`] policy.
 
 use std::io;
@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::relay::pool;
+use crate::common::pool;
 
 /// Free space behind the pending bytes below which they move to the front before a read, so
 /// reads stay large.

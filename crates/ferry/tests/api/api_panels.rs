@@ -1,5 +1,5 @@
 //! Ferry's gRPC API driven by the panels' own client libraries from the registries
-//! (`../shared/specs/api.md` §6, §10): Hiddify's `xtlsapi` (Python, grpcio) and Remnawave's
+//! (the panels' own API clients): Hiddify's `xtlsapi` (Python, grpcio) and Remnawave's
 //! `@remnawave/xtls-sdk` (Node, nice-grpc), installed by `scripts/peers.sh api-clients`. Each
 //! script adds users of VMess, VLESS, Trojan and Shadowsocks (and 2022) inbounds, pushes traffic as them
 //! through a Ferry client, reads the counters as the panel does, and removes them; the xtlsapi

@@ -1,6 +1,7 @@
-//! Xray's gRPC management API on the wire (`../shared/specs/api.md`): HandlerService,
-//! StatsService, LoggerService and RoutingService under Xray's package names (and the old
-//! `v2ray.core.*` ones), so panels drive Ferry unmodified.
+//! Xray's gRPC management API on the wire (as Xray's `app/proxyman/command` and
+//! `app/stats/command` serve it): HandlerService, StatsService, LoggerService and
+//! RoutingService under Xray's package names (and the old `v2ray.core.*` ones), so panels drive
+//! Ferry unmodified.
 //!
 //! * `pb`: the protobuf messages (`crate::pb`, re-exported here).
 //! * `grpc.rs`: the HTTP/2 server (hyper + tonic's gRPC framing), one per connection, fed by

@@ -1,4 +1,4 @@
-//! The server side of Mux.Cool (VLESS and VMess command 3, `../shared/specs/vless.md` §8): every
+//! The server side of Mux.Cool (VLESS and VMess command 3, as Xray's `common/mux`): every
 //! session a client opens on the connection is routed, dialed and counted like a connection of
 //! its own, as the connection's user. TCP sessions are relayed as streams; UDP sessions are
 //! full-cone (one outbound packet channel, many destinations, replies carrying their source),

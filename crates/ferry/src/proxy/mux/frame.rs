@@ -1,4 +1,4 @@
-//! Mux.Cool frames, sans-IO (`../shared/specs/vless.md` §8): the metadata of one frame (session
+//! Mux.Cool frames, sans-IO (Xray's `common/mux`): the metadata of one frame (session
 //! id, status, options, the target of a new session, XUDP's GlobalID and per-packet address)
 //! and its optional data part, encoded exactly as Xray writes them.
 //!
@@ -257,7 +257,7 @@ pub fn encoded_len(meta: &Meta, data_len: Option<usize>) -> usize {
     2 + 4 + addr + data_len.map_or(0, |n| 2 + n)
 }
 
-/// Whether the first bytes of a Mux connection start XUDP (`../shared/specs/vless.md` §8.3):
+/// Whether the first bytes of a Mux connection start XUDP (Xray's `common/xudp`):
 /// session id 0 and network UDP. Fewer than 7 bytes are "Mux and not XUDP".
 pub fn is_xudp(first: &[u8]) -> bool {
     first.len() >= 7 && first[2] == 0 && first[3] == 0 && first[6] == NET_UDP

@@ -1,4 +1,4 @@
-//! Mux.Cool and XUDP (`../shared/specs/vless.md` §8), shared by VLESS and VMess: the frame
+//! Mux.Cool and XUDP (Xray's `common/mux` and `common/xudp`), shared by VLESS and VMess: the frame
 //! codec ([`frame`], sans-IO), one connection's session table, reader and writer ([`link`]),
 //! sessions as streams and packet channels ([`stream`], [`packets`]), and the client side
 //! ([`client`]). The server side routes each session, so it lives in `app/mux.rs`.

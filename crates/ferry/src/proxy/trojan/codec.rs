@@ -1,4 +1,5 @@
-//! The Trojan request and UDP frames, sans-IO (`../shared/specs/trojan.md` §2–3).
+//! The Trojan request and UDP frames, sans-IO (trojan-gfw's protocol page; Xray's
+//! `proxy/trojan/protocol.go`).
 //!
 //! Request: `hex(SHA224(password))(56) CRLF CMD ATYP ADDR PORT CRLF`; no response. UDP frames:
 //! `ATYP ADDR PORT LEN(2) CRLF PAYLOAD`, both ways (the server writes the datagram's source).

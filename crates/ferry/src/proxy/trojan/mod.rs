@@ -1,4 +1,4 @@
-//! Trojan (`../shared/specs/trojan.md`): a SHA-224 password hash, a command and a target in
+//! Trojan (trojan-gfw's protocol): a SHA-224 password hash, a command and a target in
 //! front of plain bytes, no response. Inbound and outbound over TCP (TLS arrives with its own
 //! step of the same issue); connections that are not Trojan's go to the fallback once it exists.
 

@@ -1,4 +1,4 @@
-//! The VLESS request and response headers, sans-IO (`../shared/specs/vless.md` §1).
+//! The VLESS request and response headers, sans-IO (Xray's `proxy/vless/encoding`).
 //!
 //! Request: `00 | UUID(16) | M | Addons(M) | Cmd | Port(2) ATYP Addr` (no address for Mux);
 //! response: `00 | N | Addons(N)` (Xray always sends `00 00`).

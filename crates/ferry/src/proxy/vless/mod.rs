@@ -1,4 +1,4 @@
-//! VLESS (`../shared/specs/vless.md`): a UUID, a command and a target in front of plain bytes.
+//! VLESS (Xray's `proxy/vless`): a UUID, a command and a target in front of plain bytes.
 //! Inbound and outbound over TCP (commands TCP, UDP and Mux: Mux.Cool and XUDP, in
 //! `proxy/mux`); XTLS Vision, the reverse proxy and the fallbacks arrive with their issues
 //! and are refused clearly until then.

@@ -3,7 +3,7 @@
 //! it knows the server's X25519 key (the authenticated session id) gets a handshake built on the
 //! target's own ServerHello and record sizes, with a certificate signed by HMAC; anybody else is
 //! spliced to the target and sees it byte for byte. The client sends a browser's ClientHello.
-//! Reference: `../shared/specs/transports2.md` §1.
+//! Reference: Xray's `transport/internet/reality` and the XTLS/REALITY server it wraps.
 //!
 //! rustls can build neither side (the client's session id depends on the ClientHello it is
 //! part of; the server answers on top of another server's ServerHello), so this folder holds a
@@ -127,6 +127,14 @@ impl RealityLayer {
             server: None,
             client: Some(Arc::new(client::Client::new(s)?)),
         })
+    }
+
+    /// Server side: how a stranger is carried to the target once REALITY lets it go (the relay,
+    /// handed in by the layer above that has it; without one, a plain copy in both directions).
+    pub fn relay_strangers_with(&self, relay: server::StrangerRelay) {
+        if let Some(s) = &self.server {
+            s.relay_strangers_with(relay);
+        }
     }
 
     /// A client's configured `serverName`.

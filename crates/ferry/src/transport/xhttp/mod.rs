@@ -142,11 +142,21 @@ impl Default for Xmux {
 
 /// `downloadSettings`: the GET leg of a client goes to another server address, through
 /// stream settings of its own.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DownloadLeg {
     pub server: Destination,
-    pub stream: crate::transport::chain::StreamSettings,
-    pub settings: Arc<XhttpSettings>,
+    /// Builds the leg's client (its socket, TLS or REALITY, and HTTP) each time an outbound's
+    /// dialer is built: handed in by whoever read the leg's stream settings, so these types need
+    /// not name the chain's.
+    pub leg: Arc<dyn Fn() -> Arc<client::LegClient> + Send + Sync>,
+}
+
+impl std::fmt::Debug for DownloadLeg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DownloadLeg")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Compared by identity (stream settings hold built TLS configs).

@@ -1,4 +1,4 @@
-//! XTLS Vision (`flow: "xtls-rprx-vision"`, `../shared/specs/vless.md` §7): the VLESS payload
+//! XTLS Vision (`flow: "xtls-rprx-vision"`, Xray's `proxy/proxy.go`): the VLESS payload
 //! is cut into padded blocks while the tunnelled connection shakes hands, so the outer TLS
 //! record sizes do not show a TLS handshake inside; once the inner connection is TLS 1.3 and
 //! sends application data, each side tells the other ("direct") and from then on writes the

@@ -1,7 +1,9 @@
 //! A connection that is not REALITY's, handed to the target for good, with the
 //! `limitFallback*` token buckets.
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -9,31 +11,33 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::Server;
 use crate::transport::BoxStream;
 
+/// Carries a stranger (the client) and the target to each other until either ends: the
+/// relay's own loop (splice between sockets, its idle and half-close times), handed in by the
+/// layer that owns it, since the transport layer sits below the relay. The `limitFallback*`
+/// buckets, and a server given no relay (unit tests), copy with [`limited_copy`] instead.
+pub type StrangerRelay = fn(BoxStream, BoxStream) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
 impl Server {
     /// Hands the client to the target for good: what the target sent so far (`s2c`) first,
     /// then both ways until either side ends. Runs outside the handshake timeout.
-    pub(super) fn splice_to_target(&self, client: BoxStream, mut target: BoxStream, s2c: Vec<u8>) {
+    pub(super) fn splice_to_target(&self, client: BoxStream, target: BoxStream, s2c: Vec<u8>) {
         let up = self.settings.limit_upload;
         let down = self.settings.limit_download;
+        let relay = self.strangers.get().copied();
         tokio::spawn(async move {
             let mut client = client;
             if !s2c.is_empty() && client.write_all(&s2c).await.is_err() {
                 return;
             }
-            if up.bytes_per_sec > 0 || down.bytes_per_sec > 0 {
-                let (cr, cw) = tokio::io::split(client);
-                let (tr, tw) = tokio::io::split(target);
-                let _ = tokio::join!(limited_copy(cr, tw, up), limited_copy(tr, cw, down));
-                return;
+            let limited = up.bytes_per_sec > 0 || down.bytes_per_sec > 0;
+            match relay {
+                Some(relay) if !limited => relay(client, target).await,
+                _ => {
+                    let (cr, cw) = tokio::io::split(client);
+                    let (tr, tw) = tokio::io::split(target);
+                    let _ = tokio::join!(limited_copy(cr, tw, up), limited_copy(tr, cw, down));
+                }
             }
-            let _ = &mut target;
-            let opts = crate::relay::RelayOpts {
-                uplink_only: Duration::from_secs(300),
-                downlink_only: Duration::from_secs(300),
-                ..Default::default()
-            };
-            let counters = crate::relay::Counters::default();
-            let _ = crate::relay::run(client, target, &opts, &counters).await;
         });
     }
 }

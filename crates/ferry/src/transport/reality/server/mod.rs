@@ -53,7 +53,11 @@ pub struct Server {
     /// The lengths of the records the target sends after its handshake, per server name and
     /// ALPN class (§1.3 step 7): measured once, in the background, from the first connection.
     post: std::sync::Mutex<std::collections::HashMap<(String, u8), post::Post>>,
+    /// What carries a stranger to the target for good (see [`StrangerRelay`]).
+    strangers: std::sync::OnceLock<StrangerRelay>,
 }
+
+pub use fallback::StrangerRelay;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -67,6 +71,11 @@ fn closed(msg: String) -> io::Error {
 }
 
 impl Server {
+    /// Carries strangers to the target with `relay` from now on (the first call wins).
+    pub fn relay_strangers_with(&self, relay: StrangerRelay) {
+        let _ = self.strangers.set(relay);
+    }
+
     pub fn new(settings: ServerSettings) -> Result<Server, String> {
         let cert = match &settings.mldsa65_seed {
             None => Temporary::generate(),
@@ -79,6 +88,7 @@ impl Server {
             cert,
             seen: Default::default(),
             post: Default::default(),
+            strangers: Default::default(),
         })
     }
 }

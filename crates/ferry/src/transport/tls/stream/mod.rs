@@ -25,7 +25,7 @@ use std::task::{ready, Context, Poll};
 use rustls::{ConnectionCommon, SideData};
 
 use super::capture::Secrets;
-use crate::relay::pool;
+use crate::common::pool;
 use crate::transport::tls::OuterTls;
 use crate::transport::{BoxStream, RawSocket, Stream};
 

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use super::super::capture;
 use super::{NotTls, TlsStream, MAX_RECORD, RX_SIZE};
-use crate::relay::pool;
+use crate::common::pool;
 use crate::transport::tls13::stream::poll_read_under;
 
 impl<C, D> TlsStream<C>

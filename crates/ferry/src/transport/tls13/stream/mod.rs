@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use super::keys::{Suite, TrafficKey};
 use super::record::MAX_PLAIN;
-use crate::relay::pool;
+use crate::common::pool;
 use crate::transport::outer_tls::OuterTls;
 use crate::transport::{BoxStream, RawSocket, Stream};
 

@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use super::super::record::{self, HEADER};
 use super::{invalid, poll_read_under, Tls13Stream, RX_SIZE};
-use crate::relay::pool;
+use crate::common::pool;
 
 impl Tls13Stream {
     /// Decrypts the next complete record in `rx`, if there is one: `Ok(true)` when one was

@@ -9,7 +9,7 @@ use tokio::io::AsyncWrite;
 
 use super::super::record::{self, HEADER, MAX_PLAIN, TAG};
 use super::{Tls13Stream, KEY_LIMIT, WRITE_CHUNK};
-use crate::relay::pool;
+use crate::common::pool;
 use crate::transport::poll_write_all;
 
 impl Tls13Stream {
