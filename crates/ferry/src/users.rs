@@ -64,7 +64,10 @@ pub fn same_email(a: &str, b: &str) -> bool {
 
 /// What an inbound keeps per user: its session user and the secret that identifies it.
 pub trait UserEntry: Clone + Send + Sync + 'static {
-    fn user(&self) -> &User;
+    /// The email the API names this user by (empty: none).
+    fn email(&self) -> &str;
+    /// The session user this entry authenticates as.
+    fn user(&self) -> User;
     /// Whether two entries authenticate alike (same id, key or password hash).
     fn same_secret(&self, other: &Self) -> bool;
 }
@@ -76,7 +79,7 @@ impl<T: UserEntry> Users<T> {
         let set = g.get_or_insert_with(|| {
             self.load()
                 .iter()
-                .map(|a| &a.user().email)
+                .map(|a| a.email())
                 .filter(|e| !e.is_empty())
                 .map(|e| e.to_lowercase().into_boxed_str())
                 .collect()
@@ -87,7 +90,7 @@ impl<T: UserEntry> Users<T> {
     /// Adds `u` unless a user with its secret or its (non-empty) email is there; returns its
     /// session user, or `None` for a duplicate.
     pub fn add_user(&self, u: T) -> Option<User> {
-        let user = u.user().clone();
+        let user = u.user();
         let email = (!user.email.is_empty()).then(|| user.email.to_lowercase());
         self.with_emails(|emails| {
             if email.as_deref().is_some_and(|e| emails.contains(e)) {
@@ -104,14 +107,15 @@ impl<T: UserEntry> Users<T> {
         })
     }
 
-    /// Removes the users with this email; false when there was none.
+    /// Removes the users with this email, compared ignoring case as Xray's inbounds compare
+    /// it; false when there was none.
     pub fn remove_email(&self, email: &str) -> bool {
         if email.is_empty() {
             return false;
         }
         self.with_emails(|emails| {
             emails.remove(email.to_lowercase().as_str());
-            self.remove(|a| &*a.user().email == email)
+            self.remove(|a| same_email(a.email(), email))
         })
     }
 
@@ -123,14 +127,13 @@ impl<T: UserEntry> Users<T> {
         }
         self.load()
             .iter()
+            .find(|a| !a.email().is_empty() && same_email(a.email(), email))
             .map(|a| a.user())
-            .find(|u| !u.email.is_empty() && same_email(&u.email, email))
-            .cloned()
     }
 
     /// The session users now.
     pub fn list(&self) -> Vec<User> {
-        self.load().iter().map(|a| a.user().clone()).collect()
+        self.load().iter().map(|a| a.user()).collect()
     }
 }
 
@@ -148,5 +151,38 @@ mod tests {
         assert!(!u.remove(|x| *x == 1));
         assert_eq!(*u.load(), vec![2, 3]);
         assert_eq!(*snap, vec![1, 2]);
+    }
+
+    #[derive(Clone)]
+    struct Entry(User, u8);
+
+    impl UserEntry for Entry {
+        fn email(&self) -> &str {
+            &self.0.email
+        }
+        fn user(&self) -> User {
+            self.0.clone()
+        }
+        fn same_secret(&self, other: &Self) -> bool {
+            self.1 == other.1
+        }
+    }
+
+    #[test]
+    fn emails_are_one_user_whatever_their_case_as_in_xray() {
+        let u = Users::new(vec![Entry(User::new("Alice@x", 0), 1)]);
+        // A second Alice in other case, or Alice's secret under another email: refused.
+        assert!(u.add_user(Entry(User::new("alice@X", 0), 2)).is_none());
+        assert!(u.add_user(Entry(User::new("bob@x", 0), 1)).is_none());
+        assert_eq!(
+            u.find_email("ALICE@x").map(|u| u.email),
+            Some("Alice@x".into())
+        );
+        // Removing by another case removes her from the list and the index alike.
+        assert!(u.remove_email("alice@x"));
+        assert!(u.load().is_empty());
+        assert!(u.find_email("Alice@x").is_none());
+        assert!(u.add_user(Entry(User::new("ALICE@x", 0), 3)).is_some());
+        assert_eq!(u.list().len(), 1);
     }
 }

@@ -64,13 +64,14 @@ pub fn take(size: usize) -> Box<[u8]> {
 
 /// Returns a buffer to this thread's pool (freed when the pool is full).
 pub fn put(buf: Box<[u8]>) {
-    POOL.with(|p| {
+    // A thread being torn down has no pool left: the buffer is freed.
+    let _ = POOL.try_with(|p| {
         let mut p = p.borrow_mut();
         if p.bytes + buf.len() <= KEEP_BYTES {
             p.bytes += buf.len();
             p.bufs.push(buf);
         }
-    })
+    });
 }
 
 /// Bytes this thread's pool holds (for tests and metrics).

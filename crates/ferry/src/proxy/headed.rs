@@ -4,17 +4,15 @@
 //! the client checks and strips the server's response if the protocol has one
 //! ([`ClientStream`]). Once those are done both streams are direct, so the relay splices.
 
-use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use super::first_payload::FirstPayloadWait;
+use crate::transport::{BoxStream, RawSocket, Stream};
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
-
-use crate::transport::{BoxStream, RawSocket, Stream};
 
 /// How long a client waits for its first payload before sending the header alone.
 pub const FIRST_PAYLOAD_WAIT: Duration = Duration::from_millis(100);
@@ -156,10 +154,7 @@ pub struct ClientStream {
     /// The write side: the header goes with the first payload.
     out: ServerStream,
     resp: Resp,
-    timer: Option<Pin<Box<Sleep>>>,
-    /// A reader waiting on `timer`: the first write (which drops the timer) wakes it, as the
-    /// reader and the writer may be different tasks.
-    read_waker: Option<std::task::Waker>,
+    wait: FirstPayloadWait,
 }
 
 impl ClientStream {
@@ -172,8 +167,7 @@ impl ClientStream {
                 Some(check) => Resp::Reading(Vec::new(), check),
                 None => Resp::Done(Bytes::new()),
             },
-            timer: None,
-            read_waker: None,
+            wait: FirstPayloadWait::new(FIRST_PAYLOAD_WAIT),
         }
     }
 }
@@ -187,17 +181,9 @@ impl AsyncRead for ClientStream {
         let me = &mut *self;
         if !me.out.head.done() {
             // No payload yet: the header goes alone once the wait is over.
-            let t = me
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_PAYLOAD_WAIT)));
-            if t.as_mut().poll(cx).is_ready() {
-                me.timer = None;
-                let ServerStream { inner, head } = &mut me.out;
-                ready!(head.poll_flush_head(cx, inner))?;
-            } else {
-                me.read_waker = Some(cx.waker().clone());
-                return Poll::Pending;
-            }
+            ready!(me.wait.poll_over(cx));
+            let ServerStream { inner, head } = &mut me.out;
+            ready!(head.poll_flush_head(cx, inner))?;
         }
         let inner = &mut me.out.inner;
         loop {
@@ -246,10 +232,7 @@ impl AsyncWrite for ClientStream {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.timer = None;
-        if let Some(w) = self.read_waker.take() {
-            w.wake();
-        }
+        self.wait.end();
         Pin::new(&mut self.out).poll_write(cx, data)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -6,6 +6,7 @@ pub mod blackhole;
 pub mod dns;
 pub mod dokodemo;
 pub mod fallback;
+pub mod first_payload;
 pub mod freedom;
 /// The header reader (in `transport`, which parses HTTP heads with it too).
 pub use crate::transport::head;
@@ -176,20 +177,29 @@ pub trait UserTable: Send + Sync {
     fn user_table(&self) -> &crate::users::Users<Self::Entry>;
     /// Reads an added user's JSON object (as the inbound's `clients` hold it).
     fn read_user(&self, c: &Obj<'_>) -> Result<Self::Entry, crate::config::ConfigError>;
+    /// Whether this inbound takes users at all (the error says why not).
+    fn can_add(&self) -> Result<(), crate::config::ConfigError> {
+        Ok(())
+    }
+    /// After a user went in.
+    fn added(&self) {}
 }
 
 impl<T: UserTable> UserManager for T {
     fn add_user(&self, user: &serde_json::Value) -> Result<User, crate::config::ConfigError> {
         let diag = Diagnostics::default();
         let c = Obj::new(user, "user", &diag)?;
+        self.can_add()?;
         let entry = self.read_user(&c)?;
         c.finish();
-        self.user_table().add_user(entry).ok_or_else(|| {
+        let user = self.user_table().add_user(entry).ok_or_else(|| {
             crate::config::ConfigError::new(
                 "user",
                 format!("a user with this {} or email exists already", T::SECRET),
             )
-        })
+        })?;
+        self.added();
+        Ok(user)
     }
 
     fn remove_user(&self, email: &str) -> bool {

@@ -4,12 +4,14 @@
 //! batches into one buffer and decodes from it: `start..end` is what was read and not consumed
 //! yet, and a frame opened in place may leave plaintext (`plain`) for the caller to take. The
 //! buffer comes from [`crate::common::pool`] and goes back whenever it holds nothing, so a
-//! connection waiting for data keeps none; its size follows a [`pool::Adaptive`] policy.
+//! connection waiting for data keeps none (and a dropped one gives it back); its size follows
+//! a [`pool::Adaptive`] policy. Every layer that holds bytes it read reads into one: TLS and
+//! TLS 1.3 records, WebSocket frames, Shadowsocks and VMess chunks.
 
 use std::io;
 use std::ops::Range;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, ReadBuf};
@@ -110,6 +112,28 @@ impl ReadAhead {
         n
     }
 
+    /// Takes all waiting plaintext.
+    pub fn take_plain(&mut self) -> Vec<u8> {
+        let out = match &self.buf {
+            Some(b) => b[self.plain.clone()].to_vec(),
+            None => Vec::new(),
+        };
+        self.plain = 0..0;
+        out
+    }
+
+    /// The pending bytes and, before them, `plain` as plaintext waiting for the caller (what
+    /// another engine decrypted and handed over), in one buffer.
+    pub fn with_plain_before(size: pool::Adaptive, plain: &[u8], pending: &[u8]) -> Self {
+        let mut both = Vec::with_capacity(plain.len() + pending.len());
+        both.extend_from_slice(plain);
+        both.extend_from_slice(pending);
+        let mut r = ReadAhead::with_prefill(size, &both);
+        r.set_plain(0..plain.len());
+        r.consume(plain.len());
+        r
+    }
+
     /// Forgets waiting plaintext (the rest of a datagram that did not fit).
     #[inline]
     pub fn clear_plain(&mut self) {
@@ -162,21 +186,35 @@ impl ReadAhead {
         r: Pin<&mut R>,
         need: usize,
     ) -> Poll<io::Result<usize>> {
+        self.poll_fill_with(need, |b| {
+            let mut rb = ReadBuf::new(b);
+            ready!(r.poll_read(cx, &mut rb))?;
+            Poll::Ready(Ok(rb.filled().len()))
+        })
+    }
+
+    /// [`ReadAhead::poll_fill`] with the read given as `read` (it fills the front of the slice
+    /// it is handed and returns how much): a layer reading its socket directly.
+    #[inline]
+    pub fn poll_fill_with(
+        &mut self,
+        need: usize,
+        read: impl FnOnce(&mut [u8]) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
         self.make_room(need);
         let end = self.end;
         let Some(b) = self.buf.as_deref_mut() else {
             return Poll::Ready(Err(io::ErrorKind::OutOfMemory.into()));
         };
         let room = b.len() - end;
-        let mut rb = ReadBuf::new(&mut b[end..]);
-        match r.poll_read(cx, &mut rb) {
+        match read(&mut b[end..]) {
             Poll::Pending => {
                 self.release_if_empty();
                 Poll::Pending
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Ready(Ok(())) => {
-                let n = rb.filled().len();
+            Poll::Ready(Ok(n)) => {
+                let n = n.min(room);
                 self.size.record(n, room);
                 self.end += n;
                 Poll::Ready(Ok(n))
@@ -213,6 +251,14 @@ impl ReadAhead {
         Bytes::from(v)
     }
 
+    /// The buffer goes back to the pool now, whatever it holds (a layer that is done).
+    pub fn release(&mut self) {
+        (self.start, self.end, self.plain) = (0, 0, 0..0);
+        if let Some(b) = self.buf.take() {
+            pool::put(b);
+        }
+    }
+
     /// Whether a pooled buffer is held.
     pub fn holds_buffer(&self) -> bool {
         self.buf.is_some()
@@ -226,6 +272,14 @@ impl ReadAhead {
     /// The largest size reads may grow to.
     pub fn max_size(&self) -> usize {
         self.size.max
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            pool::put(b);
+        }
     }
 }
 

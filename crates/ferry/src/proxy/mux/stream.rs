@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use crate::proxy::first_payload::FirstPayloadWait;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc::{self, error::SendError, OwnedPermit};
-use tokio::time::Sleep;
 
 use super::frame::{self, Meta, MAX_STREAM_DATA};
 use super::link::{Inbox, Link, STREAM_INBOX};
@@ -79,7 +79,7 @@ pub struct MuxStream {
     out: FrameTx,
     /// Client: the New frame's metadata, until it has gone.
     opening: Option<Meta>,
-    timer: Option<Pin<Box<Sleep>>>,
+    wait: FirstPayloadWait,
     /// Our End went out (or the session never opened): reads end, writes fail.
     ended: bool,
 }
@@ -101,7 +101,7 @@ impl MuxStream {
             pending: Bytes::new(),
             out,
             opening,
-            timer: None,
+            wait: FirstPayloadWait::new(FIRST_DATA_WAIT),
             ended: false,
         }
     }
@@ -117,23 +117,19 @@ impl MuxStream {
     }
 
     /// Client: sends the New frame alone once the first data took too long. Until then the
-    /// reader waits on the timer and (by reading on) on the inbox, so a write that sends the
-    /// New frame first and drops the timer cannot leave it without a wake-up.
+    /// reader waits on the wait and (by reading on) on the inbox, so a write that sends the
+    /// New frame first and ends the wait cannot leave it without a wake-up.
     fn poll_open(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.opening.is_none() {
             return Poll::Ready(Ok(()));
         }
-        let t = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_DATA_WAIT)));
-        if t.as_mut().poll(cx).is_pending() {
+        if self.wait.poll_over(cx).is_pending() {
             return Poll::Ready(Ok(()));
         }
         ready!(self.out.poll_reserve(cx))?;
         if let Some(m) = self.opening.take() {
             self.out.send(Self::frame(&m, None));
         }
-        self.timer = None;
         Poll::Ready(Ok(()))
     }
 }
@@ -205,7 +201,7 @@ impl AsyncWrite for MuxStream {
         ready!(me.out.poll_reserve(cx))?;
         let n = data.len().min(MAX_STREAM_DATA);
         let meta = me.opening.take().unwrap_or_else(|| Meta::keep(me.id, None));
-        me.timer = None;
+        me.wait.end();
         me.out.send(Self::frame(&meta, Some(&data[..n])));
         Poll::Ready(Ok(n))
     }

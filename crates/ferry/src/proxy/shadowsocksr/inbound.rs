@@ -31,7 +31,7 @@ use crate::config::reader::{Obj, Result};
 use crate::proxy::shadowsocks::inbound::drain;
 use crate::proxy::shadowsocks::udp::SessionTable;
 use crate::proxy::udp::{UdpReply, MAX_DATAGRAM};
-use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
+use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, UserManager};
 use crate::registry::CounterSource;
 use crate::transport::BoxStream;
 
@@ -279,39 +279,40 @@ impl UdpReply for Reply {
     }
 }
 
-impl UserManager for Inbound {
-    /// Adds `{uid, password, email, level}` (auth_aes128_* and auth_chain_* inbounds).
-    fn add_user(
+impl crate::proxy::UserTable for Inbound {
+    type Entry = super::protocol::SsrUser;
+    const SECRET: &'static str = "uid";
+
+    fn user_table(&self) -> &crate::registry::Users<Self::Entry> {
+        &self.shared.users
+    }
+
+    /// `{uid, password, email, level}` (auth_aes128_* and auth_chain_* inbounds).
+    fn read_user(
         &self,
-        v: &serde_json::Value,
-    ) -> std::result::Result<User, crate::config::ConfigError> {
-        let diag = crate::config::Diagnostics::default();
-        let c = Obj::new(v, "user", &diag)?;
-        if !self.cfg.common.protocol.multi_user() {
-            return Err(crate::config::ConfigError::new(
-                "user",
-                format!(
-                    "{} carries no user id: users need auth_aes128_* or auth_chain_*",
-                    self.cfg.common.protocol.name()
-                ),
-            ));
-        }
-        let mut u = super::read_user(&c)?;
-        c.finish();
+        c: &Obj<'_>,
+    ) -> std::result::Result<Self::Entry, crate::config::ConfigError> {
+        let mut u = super::read_user(c)?;
         u.user = self.counters.user(&u.user.email, u.user.level);
+        Ok(u)
+    }
+
+    fn can_add(&self) -> std::result::Result<(), crate::config::ConfigError> {
+        if self.cfg.common.protocol.multi_user() {
+            return Ok(());
+        }
+        Err(crate::config::ConfigError::new(
+            "user",
+            format!(
+                "{} carries no user id: users need auth_aes128_* or auth_chain_*",
+                self.cfg.common.protocol.name()
+            ),
+        ))
+    }
+
+    fn added(&self) {
         self.shared
             .multi
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.shared.users.add_user(u).ok_or_else(|| {
-            crate::config::ConfigError::new("user", "a user with this uid or email exists already")
-        })
-    }
-
-    fn remove_user(&self, email: &str) -> bool {
-        self.shared.users.remove_email(email)
-    }
-
-    fn list_users(&self) -> Vec<User> {
-        self.shared.users.list()
     }
 }

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
 
 use super::cipher::{Crypt, Method};
 use super::obfs::Obfs;
 use super::protocol::Protocol;
 use super::util::{Error, Result};
+use crate::proxy::first_payload::FirstPayloadWait;
 use crate::proxy::shadowsocks::conn::FIRST_PAYLOAD_WAIT;
 use crate::proxy::shadowsocks::stream_cipher::CFB_SLACK;
 use crate::transport::{BoxStream, Stream};
@@ -52,7 +52,7 @@ pub struct SsrStream {
     eof: bool,
     /// Client: the request address, sent with the first payload.
     request: Option<Vec<u8>>,
-    wait: Option<Pin<Box<Sleep>>>,
+    wait: FirstPayloadWait,
     /// Server with a decoy: every raw byte read so far, until the handshake is over.
     record: Option<Vec<u8>>,
     /// Scratch buffers kept between calls: protocol output, ciphertext, obfs output, plaintext.
@@ -96,7 +96,7 @@ impl SsrStream {
             raw: Vec::new(),
             eof: false,
             request,
-            wait: None,
+            wait: FirstPayloadWait::new(FIRST_PAYLOAD_WAIT),
             record: None,
             pbuf: Vec::new(),
             cbuf: Vec::new(),
@@ -315,10 +315,7 @@ impl AsyncRead for SsrStream {
             }
             if me.request.is_some() {
                 // A client that reads before writing: the request leaves alone after a while.
-                let w = me
-                    .wait
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_PAYLOAD_WAIT)));
-                if w.as_mut().poll(cx).is_ready() {
+                if me.wait.poll_over(cx).is_ready() {
                     if let Some(r) = me.request.take() {
                         me.encode(&r);
                     }
@@ -362,8 +359,6 @@ impl AsyncRead for SsrStream {
     }
 }
 
-use std::future::Future;
-
 impl AsyncWrite for SsrStream {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -375,6 +370,7 @@ impl AsyncWrite for SsrStream {
         let n = data.len().min(WRITE_MAX);
         match me.request.take() {
             Some(mut r) => {
+                me.wait.end();
                 r.extend_from_slice(&data[..n]);
                 me.encode(&r);
             }

@@ -35,8 +35,11 @@ pub struct Account {
 }
 
 impl crate::registry::UserEntry for Account {
-    fn user(&self) -> &User {
-        &self.user
+    fn email(&self) -> &str {
+        &self.user.email
+    }
+    fn user(&self) -> User {
+        self.user.clone()
     }
     fn same_secret(&self, other: &Self) -> bool {
         self.hash == other.hash

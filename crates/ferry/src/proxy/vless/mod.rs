@@ -59,8 +59,11 @@ pub struct Account {
 }
 
 impl crate::registry::UserEntry for Account {
-    fn user(&self) -> &User {
-        &self.user
+    fn email(&self) -> &str {
+        &self.user.email
+    }
+    fn user(&self) -> User {
+        self.user.clone()
     }
     fn same_secret(&self, other: &Self) -> bool {
         self.key == other.key

@@ -19,7 +19,7 @@ use super::stream::{ReadHead, VmessStream};
 use super::{parse_alter_id, parse_uuid, Account};
 use crate::common::Network;
 use crate::config::reader::{ConfigError, Diagnostics, Obj, Result};
-use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, User, UserManager};
+use crate::proxy::{Accepted, InboundBuild, InboundCtx, InboundHandler, UserManager, UserTable};
 use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
 
@@ -40,14 +40,19 @@ pub struct Inbound {
 }
 
 /// Reads one entry of `clients` (the API's AddUser gives the same shape).
-fn parse_client(c: Obj<'_>, def_level: u32, def_alter: u16, diag: &Diagnostics) -> Result<Account> {
-    let uuid = parse_uuid(&c)?;
+/// Reads one entry of `clients` (the API's AddUser gives the same shape); the caller finishes `c`.
+fn parse_client(
+    c: &Obj<'_>,
+    def_level: u32,
+    def_alter: u16,
+    diag: &Diagnostics,
+) -> Result<Account> {
+    let uuid = parse_uuid(c)?;
     let level = c.u64("level")?.map(|l| l as u32).unwrap_or(def_level);
-    let alter = parse_alter_id(&c, def_alter)?;
+    let alter = parse_alter_id(c, def_alter)?;
     let email = c.str("email")?.unwrap_or_default();
     c.ignore(&["security", "flow", "experiments"]);
     let path = c.path().to_string();
-    c.finish();
     if alter > 0 {
         diag.warn(
             &path,
@@ -77,7 +82,8 @@ pub fn build(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler
     };
     let mut accounts = Vec::new();
     for c in o.client_objs(&["clients", "users"])? {
-        let mut a = parse_client(c, def_level, def_alter, b.diag)?;
+        let mut a = parse_client(&c, def_level, def_alter, b.diag)?;
+        c.finish();
         a.traffic = b.counters.user(&a.email, a.level).traffic;
         accounts.push(a);
     }
@@ -433,39 +439,17 @@ impl InboundHandler for Inbound {
     }
 }
 
-impl UserManager for Inbound {
-    fn add_user(&self, v: &serde_json::Value) -> Result<User> {
-        let diag = Diagnostics::default();
-        let c = Obj::new(v, "user", &diag)?;
-        let mut a = parse_client(c, 0, 0, &diag)?;
+impl UserTable for Inbound {
+    type Entry = Account;
+    const SECRET: &'static str = "id";
+
+    fn user_table(&self) -> &Users<Account> {
+        &self.accounts
+    }
+
+    fn read_user(&self, c: &Obj<'_>) -> Result<Account> {
+        let mut a = parse_client(c, 0, 0, &Diagnostics::default())?;
         a.traffic = self.counters.user(&a.email, a.level).traffic;
-        let user = a.user();
-        let (uuid, email) = (a.uuid, a.email.clone());
-        let added = self.accounts.add(a, |x| {
-            x.uuid == uuid || (!email.is_empty() && x.email == email)
-        });
-        if !added {
-            return Err(ConfigError::new(
-                "user",
-                "a user with this id or email exists already",
-            ));
-        }
-        Ok(user)
-    }
-
-    fn remove_user(&self, email: &str) -> bool {
-        !email.is_empty() && self.accounts.remove(|a| &*a.email == email)
-    }
-
-    fn list_users(&self) -> Vec<User> {
-        self.accounts.load().iter().map(Account::user).collect()
-    }
-
-    fn find_user(&self, email: &str) -> Option<User> {
-        self.accounts
-            .load()
-            .iter()
-            .find(|a| !a.email.is_empty() && crate::registry::same_email(&a.email, email))
-            .map(Account::user)
+        Ok(a)
     }
 }

@@ -68,6 +68,18 @@ impl Account {
     }
 }
 
+impl crate::registry::UserEntry for Account {
+    fn email(&self) -> &str {
+        &self.email
+    }
+    fn user(&self) -> crate::session::User {
+        Account::user(self)
+    }
+    fn same_secret(&self, other: &Self) -> bool {
+        self.uuid == other.uuid
+    }
+}
+
 /// `security` of an outbound user.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SecurityChoice {

@@ -15,11 +15,9 @@
 mod read;
 mod write;
 
-use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::time::Sleep;
 
 use super::aead::Error;
 use crate::relay::pool;
@@ -86,7 +84,7 @@ pub struct SsStream {
     head: Vec<u8>,
     out: OutBuf,
     req: Request,
-    timer: Option<Pin<Box<Sleep>>>,
+    wait: crate::proxy::first_payload::FirstPayloadWait,
 }
 
 impl SsStream {
@@ -143,7 +141,7 @@ impl SsStream {
             head,
             out: OutBuf::default(),
             req,
-            timer: None,
+            wait: crate::proxy::first_payload::FirstPayloadWait::new(FIRST_PAYLOAD_WAIT),
         }
     }
 

@@ -1,7 +1,6 @@
 //! The write side of [`SsStream`]: the encrypting half, the pooled output buffer, the client
 //! request sent with the first payload, and `poll_write`.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -11,7 +10,7 @@ use tokio::io::AsyncWrite;
 use super::super::aead::ChunkSealer;
 use super::super::ss2022;
 use super::super::stream_cipher::{StreamCrypt, CFB_SLACK};
-use super::{Request, SsStream, FIRST_PAYLOAD_WAIT, OUT_MIN, WRITE_MAX};
+use super::{Request, SsStream, OUT_MIN, WRITE_MAX};
 use crate::relay::pool;
 
 /// Sealed bytes waiting for the socket, in a pooled buffer that stays initialised (sealing
@@ -169,11 +168,7 @@ impl SsStream {
         if matches!(self.req, Request::Sent) {
             return Ok(());
         }
-        let t = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_PAYLOAD_WAIT)));
-        if t.as_mut().poll(cx).is_ready() {
-            self.timer = None;
+        if self.wait.poll_over(cx).is_ready() {
             self.emit_request(&[]);
             if let Poll::Ready(Err(e)) = self.poll_drain(cx) {
                 return Err(e);
@@ -200,7 +195,7 @@ impl AsyncWrite for SsStream {
             me.sealer.seal(&data[..take], &mut me.out);
             take
         } else {
-            me.timer = None;
+            me.wait.end();
             me.emit_request(&data[..take])
         };
         if let Poll::Ready(Err(e)) = me.poll_drain(cx) {

@@ -15,8 +15,11 @@ pub struct SsrUser {
 }
 
 impl crate::registry::UserEntry for SsrUser {
-    fn user(&self) -> &User {
-        &self.user
+    fn email(&self) -> &str {
+        &self.user.email
+    }
+    fn user(&self) -> User {
+        self.user.clone()
     }
     fn same_secret(&self, other: &Self) -> bool {
         self.uid == other.uid

@@ -4,15 +4,14 @@
 //! went out. From then on the relay sees a direct stream ([`Stream::take_read_direct`],
 //! [`Stream::write_direct`]) and splices that direction, counting as it goes.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use crate::proxy::first_payload::FirstPayloadWait;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
 
 use super::{Padder, ReadState, TlsFilter, Unpadder, WriteState, BUFFER};
 use crate::proxy::vless::codec;
@@ -56,8 +55,7 @@ pub struct VisionStream {
     /// The writer writes on the bare socket.
     write_raw: bool,
     /// Client: waiting for the first payload.
-    first_wait: Option<Pin<Box<Sleep>>>,
-    read_waker: Option<Waker>,
+    first_wait: FirstPayloadWait,
 }
 
 impl VisionStream {
@@ -119,8 +117,7 @@ impl VisionStream {
             raw_pos: 0,
             head,
             write_raw: false,
-            first_wait: None,
-            read_waker: None,
+            first_wait: FirstPayloadWait::new(FIRST_PAYLOAD_WAIT),
         }
     }
 
@@ -195,14 +192,7 @@ impl VisionStream {
         if !self.client || self.head.is_none() {
             return Poll::Ready(Ok(()));
         }
-        let t = self
-            .first_wait
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(FIRST_PAYLOAD_WAIT)));
-        if t.as_mut().poll(cx).is_pending() {
-            self.read_waker = Some(cx.waker().clone());
-            return Poll::Pending;
-        }
-        self.first_wait = None;
+        ready!(self.first_wait.poll_over(cx));
         self.send_empty_first();
         self.poll_drain(cx)
     }
@@ -346,10 +336,7 @@ impl AsyncWrite for VisionStream {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
-        me.first_wait = None;
-        if let Some(w) = me.read_waker.take() {
-            w.wake();
-        }
+        me.first_wait.end();
         ready!(me.poll_drain(cx))?;
         ready!(me.poll_go_direct(cx))?;
         match me.padder.state() {

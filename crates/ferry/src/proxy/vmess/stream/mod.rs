@@ -8,11 +8,10 @@ mod read;
 mod write;
 
 use std::io;
-use std::pin::Pin;
 use std::time::Duration;
 
+use crate::proxy::first_payload::FirstPayloadWait;
 use bytes::Bytes;
-use tokio::time::Sleep;
 
 use super::body::{BodyError, Opener, Sealer};
 use super::header::CfbDec;
@@ -77,7 +76,7 @@ pub struct VmessStream {
     vectored: bool,
     /// The header waits in `wbuf` for the first payload.
     hold: bool,
-    hold_timer: Option<Pin<Box<Sleep>>>,
+    hold_wait: Option<FirstPayloadWait>,
     shut: bool,
 }
 
@@ -119,9 +118,7 @@ impl VmessStream {
             wlen: pending_write.len(),
             vectored,
             hold,
-            hold_timer: hold_for
-                .filter(|_| hold)
-                .map(|d| Box::pin(tokio::time::sleep(d))),
+            hold_wait: hold_for.filter(|_| hold).map(FirstPayloadWait::started),
             shut: false,
         };
         if matches!(s.head, ReadHead::None) {
@@ -181,6 +178,7 @@ impl Stream for VmessStream {
 mod tests {
     use super::*;
     use crate::proxy::vmess::body::{BodyParams, Opened, Security};
+    use std::pin::Pin;
     use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll};
     use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};

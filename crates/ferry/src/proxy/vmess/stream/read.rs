@@ -1,7 +1,6 @@
 //! The read side of [`VmessStream`]: the client's response header, then chunks opened from the
 //! read-ahead into the caller's buffer.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -146,10 +145,10 @@ impl AsyncRead for VmessStream {
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
         if me.hold {
-            if let Some(t) = &mut me.hold_timer {
-                if t.as_mut().poll(cx).is_ready() {
+            if let Some(w) = &mut me.hold_wait {
+                if w.poll_over(cx).is_ready() {
                     me.hold = false;
-                    me.hold_timer = None;
+                    me.hold_wait = None;
                 }
             }
         }

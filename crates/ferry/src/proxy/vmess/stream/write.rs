@@ -134,7 +134,7 @@ impl AsyncWrite for VmessStream {
                 ready!(me.poll_drain(cx))?;
             }
             me.hold = false;
-            me.hold_timer = None;
+            me.hold_wait = None;
             if data.len() > max {
                 tracing::debug!("vmess: {}-byte datagram too large, dropped", data.len());
                 return Poll::Ready(Ok(data.len()));
@@ -155,7 +155,7 @@ impl AsyncWrite for VmessStream {
             ready!(me.poll_drain(cx))?;
         }
         me.hold = false;
-        me.hold_timer = None;
+        me.hold_wait = None;
         let room = cap.saturating_sub(me.wlen).max(MAX_CHUNK);
         let taken = me.seal_into_wbuf(room, |s, b| s.seal_all_to(data, b));
         if me.wlen + MAX_CHUNK > cap {
@@ -169,7 +169,7 @@ impl AsyncWrite for VmessStream {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = &mut *self;
         me.hold = false;
-        me.hold_timer = None;
+        me.hold_wait = None;
         ready!(me.poll_drain(cx))?;
         Pin::new(&mut me.inner).poll_flush(cx)
     }
@@ -179,7 +179,7 @@ impl AsyncWrite for VmessStream {
         if !me.shut {
             me.shut = true;
             me.hold = false;
-            me.hold_timer = None;
+            me.hold_wait = None;
             me.seal_into_wbuf(MAX_CHUNK, |s, b| ((), s.seal_eof_to(b)));
         }
         ready!(me.poll_drain(cx))?;

@@ -70,9 +70,7 @@ where
             io,
             direct_read,
             conn,
-            mut rx,
-            len,
-            rec,
+            rx,
             eof,
             ..
         } = self;
@@ -88,8 +86,7 @@ where
             io,
             direct_read,
             eof,
-            rx.take(),
-            rec..len,
+            rx,
             &plain,
             suite,
             read.1,

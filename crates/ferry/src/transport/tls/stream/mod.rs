@@ -4,7 +4,7 @@
 //!
 //! Ciphertext from the peer lands in one pooled buffer, `rx`. rustls is given it in pieces and
 //! processes what it was given at once, so at any time:
-//! - `rx[rec..]` is ciphertext not yet decrypted (a prefix of it may have been handed to rustls
+//! - what `rx` holds is ciphertext not yet decrypted (a prefix of it may have been handed to rustls
 //!   as part of an incomplete record; rustls's copy is dropped with the connection),
 //! - rustls's reader holds plaintext decrypted but not yet read ([`TlsStream::take_plaintext`]),
 //! - rustls's writer holds records encrypted but not yet written out ([`TlsStream::write_pending`];
@@ -27,7 +27,7 @@ use rustls::{ConnectionCommon, SideData};
 use super::capture::Secrets;
 use crate::common::pool;
 use crate::transport::tls::OuterTls;
-use crate::transport::{BoxStream, RawSocket, Stream};
+use crate::transport::{BoxStream, RawSocket, ReadAhead, Stream};
 
 mod close;
 mod handover;
@@ -41,6 +41,10 @@ pub use handover::Handover;
 
 /// Size of the ciphertext buffer: several full records per read syscall.
 const RX_SIZE: usize = 64 * 1024;
+
+fn rx_size() -> pool::Adaptive {
+    pool::Adaptive::fixed(RX_SIZE)
+}
 /// Largest TLS record on the wire: header + 2^14 + 2048 (TLS 1.2's ciphertext expansion).
 const MAX_RECORD: usize = 5 + 16384 + 2048;
 
@@ -63,12 +67,10 @@ pub struct TlsStream<C> {
     /// `io` handed its read side over: read its socket directly when readable.
     direct_read: bool,
     pub(super) conn: C,
-    rx: Rx,
-    /// `rx[..len]` holds data; `rx[..fed]` was given to rustls; records before `rec` are
-    /// decrypted.
-    len: usize,
+    /// Ciphertext read and not yet decrypted: the records from the first not yet processed on.
+    rx: ReadAhead,
+    /// How much of what `rx` holds was handed to rustls (part of an incomplete record).
     fed: usize,
-    rec: usize,
     /// The peer closed its side of the socket.
     eof: bool,
     /// Server side: the first bytes are checked to look like TLS before rustls sees them.
@@ -89,31 +91,6 @@ pub struct TlsStream<C> {
 /// `Some(Some(conn))` to answer with `conn` instead, `Some(None)` to keep the one given.
 pub type Pick<C> = Box<dyn FnMut(&[u8]) -> Option<Option<C>> + Send>;
 
-/// The ciphertext buffer, given back to the pool when dropped.
-#[derive(Default)]
-struct Rx(Option<Box<[u8]>>);
-
-impl Deref for Rx {
-    type Target = Option<Box<[u8]>>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl DerefMut for Rx {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Rx {
-    fn drop(&mut self) {
-        if let Some(b) = self.0.take() {
-            pool::put(b);
-        }
-    }
-}
-
 impl<C, D> TlsStream<C>
 where
     C: DerefMut + Deref<Target = ConnectionCommon<D>> + Send + Unpin + 'static,
@@ -121,8 +98,7 @@ where
 {
     /// Wraps `io`; `server` checks that the first bytes look like a TLS handshake.
     pub fn new(mut io: BoxStream, conn: C, server: bool) -> Self {
-        let mut rx = None;
-        let mut len = 0;
+        let mut rx = ReadAhead::new(rx_size());
         let direct_read = match io
             .socket()
             .is_some()
@@ -130,12 +106,7 @@ where
             .flatten()
         {
             Some(held) => {
-                if !held.is_empty() {
-                    let mut b = pool::take(RX_SIZE.max(held.len()));
-                    b[..held.len()].copy_from_slice(&held);
-                    len = held.len();
-                    rx = Some(b);
-                }
+                rx = ReadAhead::with_prefill(rx_size(), &held);
                 true
             }
             None => false,
@@ -144,10 +115,8 @@ where
             io,
             direct_read,
             conn,
-            rx: Rx(rx),
-            len,
+            rx,
             fed: 0,
-            rec: 0,
             eof: false,
             check_first: server,
             close_sent: false,
@@ -169,12 +138,9 @@ where
         let Some(pick) = self.pick.as_mut() else {
             return true;
         };
-        let got = match &*self.rx {
-            Some(b) => &b[..self.len],
-            None => &[],
-        };
+        let got = self.rx.pending();
         match pick(got) {
-            None if !self.eof && self.len < MAX_RECORD => return false,
+            None if !self.eof && got.len() < MAX_RECORD => return false,
             Some(Some(conn)) => self.conn = conn,
             _ => {}
         }
@@ -195,10 +161,7 @@ where
     /// Ciphertext read from the peer and not yet decrypted (a prefix of an incomplete record
     /// may also have been handed to rustls).
     pub fn ciphertext_held(&self) -> &[u8] {
-        match &*self.rx {
-            Some(b) => &b[self.rec..self.len],
-            None => &[],
-        }
+        self.rx.pending()
     }
 
     /// Takes the plaintext rustls decrypted and nobody has read yet.
@@ -274,18 +237,14 @@ where
     }
 
     fn read_raw(&mut self) -> io::Result<Vec<u8>> {
-        if self.fed != self.rec {
+        if self.fed != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "part of a TLS record was handed to rustls: the bytes after it are not known",
             ));
         }
         let mut out = self.take_plaintext()?;
-        if let Some(b) = self.rx.take() {
-            out.extend_from_slice(&b[self.rec..self.len]);
-            pool::put(b);
-        }
-        (self.len, self.fed, self.rec) = (0, 0, 0);
+        out.extend_from_slice(&self.rx.take_all());
         self.raw_read = true;
         Ok(out)
     }

@@ -1,5 +1,6 @@
-//! The read side: ciphertext into `rx`, handed to rustls in pieces (one record at a time for
-//! XTLS Vision), plaintext out; the buffer goes back to the pool while idle.
+//! The read side: ciphertext into `rx` (a [`ReadAhead`](crate::transport::ReadAhead)), handed
+//! to rustls in pieces (one record at a time for XTLS Vision), plaintext out; the buffer goes
+//! back to the pool while idle.
 
 use std::io::{self, Read};
 use std::ops::{Deref, DerefMut};
@@ -10,8 +11,7 @@ use rustls::{ConnectionCommon, SideData};
 use tokio::io::{AsyncRead, ReadBuf};
 
 use super::super::capture;
-use super::{NotTls, TlsStream, MAX_RECORD, RX_SIZE};
-use crate::common::pool;
+use super::{NotTls, TlsStream, MAX_RECORD};
 use crate::transport::tls13::stream::poll_read_under;
 
 impl<C, D> TlsStream<C>
@@ -21,7 +21,7 @@ where
 {
     /// Whether `rx` holds bytes to hand rustls: any, or in one-record mode a whole record.
     pub(super) fn feedable(&self) -> bool {
-        if self.fed >= self.len {
+        if self.fed >= self.rx.pending_len() {
             return false;
         }
         if !self.one_record {
@@ -30,36 +30,32 @@ where
         self.next_record_end().is_some()
     }
 
-    /// The end of the first record not yet processed (at `rec`; part of it may have been
-    /// handed over before one-record mode began), if it is all there.
+    /// The end (from the start of what `rx` holds) of the first record not yet processed
+    /// (part of it may have been handed over before one-record mode began), if it is all there.
     pub(super) fn next_record_end(&self) -> Option<usize> {
-        let rx = self.rx.as_deref()?;
-        let h = rx.get(self.rec..self.rec + 5)?;
-        let end = self.rec + 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
-        (end <= self.len && end > self.fed).then_some(end)
+        let p = self.rx.pending();
+        let h = p.get(..5)?;
+        let end = 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
+        (end <= p.len() && end > self.fed).then_some(end)
     }
 
     /// Hands rustls the next piece of `rx` (one record in one-record mode) and processes it;
     /// errors leave rustls's alert queued (sent if the socket takes it at once).
-    #[allow(
-        clippy::expect_used,
-        clippy::unwrap_used,
-        reason = "state the read path set just before"
-    )]
     pub(super) fn feed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let held = self.rx.pending_len();
         let end = match self.one_record {
-            true => self.next_record_end().unwrap_or(self.len),
-            false => self.len,
+            true => self.next_record_end().unwrap_or(held),
+            false => held,
         };
-        let rx = self.rx.as_deref().expect("data in rx");
+        let p = self.rx.pending();
         if self.check_first {
             // A TLS client starts with a handshake record (22) of a 3.x version.
-            if rx[0] != 22 || (self.len > 1 && rx[1] != 3) {
+            if p.first() != Some(&22) || (p.len() > 1 && p[1] != 3) {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, NotTls));
             }
             self.check_first = false;
         }
-        let n = self.conn.read_tls(&mut &rx[self.fed..end])?;
+        let n = self.conn.read_tls(&mut &p[self.fed..end])?;
         self.fed += n;
         let processed = match self.conn.is_handshaking() {
             // The handshake's secrets are derived in here: keep the traffic secrets.
@@ -71,66 +67,47 @@ where
             let _ = self.poll_flush_tls(cx);
             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
-        // Every complete record handed over has been processed now.
-        let rx = self.rx.as_deref().expect("data in rx");
-        while self.fed - self.rec >= 5 {
-            let l = u16::from_be_bytes([rx[self.rec + 3], rx[self.rec + 4]]) as usize;
-            if self.rec + 5 + l > self.fed {
+        // Every complete record handed over has been processed now: drop them from `rx`.
+        let p = self.rx.pending();
+        let mut done = 0;
+        while self.fed - done >= 5 {
+            let l = u16::from_be_bytes([p[done + 3], p[done + 4]]) as usize;
+            if done + 5 + l > self.fed {
                 break;
             }
-            self.rec += 5 + l;
+            done += 5 + l;
         }
-        if self.rec == self.len {
-            // All decrypted: start over at the front.
-            self.rec = 0;
-            self.fed = 0;
-            self.len = 0;
-        }
+        self.rx.consume(done);
+        self.fed -= done;
         Ok(())
     }
 
-    /// Reads more ciphertext from the network into `rx`; sets `eof` when the peer closed.
+    /// Reads more ciphertext from the network into `rx`, room made for a whole record; sets
+    /// `eof` when the peer closed.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Some(b) = &mut *self.rx {
-            if self.len == b.len() {
-                // Full: move the undecrypted tail to the front.
-                b.copy_within(self.rec..self.len, 0);
-                self.len -= self.rec;
-                self.fed -= self.rec;
-                self.rec = 0;
-                if self.len >= MAX_RECORD {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "TLS record too long",
-                    )));
-                }
-            }
+        if self.rx.pending_len() >= MAX_RECORD {
+            // More than a record's worth held and no record complete in it.
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "TLS record too long",
+            )));
         }
-        if self.direct_read {
+        let n = if self.direct_read {
             let Some(sock) = self.io.socket() else {
                 return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
             };
-            if self.len == 0 {
+            if self.rx.pending_len() == 0 {
                 // Idle: hold no buffer while waiting.
-                if let Some(b) = self.rx.take() {
-                    pool::put(b);
-                }
+                self.rx.release_if_empty();
                 ready!(sock.poll_read_ready(cx))?;
             }
-            let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
-            let n = ready!(sock.poll_read_into(cx, &mut b[self.len..]))?;
-            self.eof |= n == 0;
-            self.len += n;
-            return Poll::Ready(Ok(()));
-        }
-        let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
-        let mut rb = ReadBuf::new(&mut b[self.len..]);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
-        let n = rb.filled().len();
-        if n == 0 {
-            self.eof = true;
-        }
-        self.len += n;
+            ready!(self
+                .rx
+                .poll_fill_with(MAX_RECORD, |b| sock.poll_read_into(cx, b)))?
+        } else {
+            ready!(self.rx.poll_fill(cx, Pin::new(&mut self.io), MAX_RECORD))?
+        };
+        self.eof |= n == 0;
         Poll::Ready(Ok(()))
     }
 
@@ -141,14 +118,6 @@ where
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         poll_read_under(&mut self.io, self.direct_read, cx, buf)
-    }
-
-    pub(super) fn release_idle(&mut self) {
-        if self.len == 0 {
-            if let Some(b) = self.rx.take() {
-                pool::put(b);
-            }
-        }
     }
 }
 
@@ -173,7 +142,7 @@ where
                 Ok(0) if buf.remaining() > 0 => return Poll::Ready(Ok(())), // close_notify
                 Ok(n) => {
                     buf.advance(n);
-                    if buf.remaining() == 0 || me.fed == me.len || me.one_record {
+                    if buf.remaining() == 0 || me.fed == me.rx.pending_len() || me.one_record {
                         return Poll::Ready(Ok(()));
                     }
                 }
@@ -197,7 +166,7 @@ where
                 return Poll::Ready(Ok(()));
             }
             if me.eof {
-                if me.len > 0 {
+                if me.rx.pending_len() > 0 {
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "peer closed in the middle of a TLS record",
@@ -210,13 +179,7 @@ where
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 return Poll::Ready(Ok(()));
             }
-            match me.poll_fill(cx) {
-                Poll::Ready(r) => r?,
-                Poll::Pending => {
-                    me.release_idle();
-                    return Poll::Pending;
-                }
-            }
+            ready!(me.poll_fill(cx))?;
         }
     }
 }

@@ -7,7 +7,6 @@
 //! - `write`: sealing records, KeyUpdate, close_notify.
 
 use std::io;
-use std::ops::Range;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -17,7 +16,7 @@ use super::keys::{Suite, TrafficKey};
 use super::record::MAX_PLAIN;
 use crate::common::pool;
 use crate::transport::outer_tls::OuterTls;
-use crate::transport::{BoxStream, RawSocket, Stream};
+use crate::transport::{BoxStream, RawSocket, ReadAhead, Stream};
 
 mod read;
 #[cfg(test)]
@@ -26,6 +25,10 @@ mod write;
 
 /// Ciphertext buffer: several full records per read syscall.
 const RX_SIZE: usize = 64 * 1024;
+
+fn rx_size() -> pool::Adaptive {
+    pool::Adaptive::fixed(RX_SIZE)
+}
 /// Plaintext sealed per write call at most (four full records).
 const WRITE_CHUNK: usize = 4 * MAX_PLAIN;
 /// Records sealed with one key before it is replaced by a KeyUpdate: RFC 8446 §5.5 allows
@@ -63,11 +66,9 @@ pub struct Tls13Stream {
     suite: Suite,
     read: Direction,
     write: Direction,
-    rx: Option<Box<[u8]>>,
-    /// `rx[plain]`: decrypted, not yet read; `rx[start..len]`: ciphertext not yet decrypted.
-    plain: Range<usize>,
-    start: usize,
-    len: usize,
+    /// Ciphertext not yet decrypted (pending), and before it the plaintext of the record last
+    /// opened in place that is not yet read.
+    rx: ReadAhead,
     /// Records sealed and not yet written out.
     tx: Vec<u8>,
     tx_pos: usize,
@@ -112,16 +113,8 @@ impl Tls13Stream {
             }
             None => false,
         };
-        let (rx, len) = if pre.is_empty() {
-            (None, 0)
-        } else {
-            let mut b = pool::take(RX_SIZE.max(pre.len()));
-            b[..pre.len()].copy_from_slice(&pre);
-            (Some(b), pre.len())
-        };
         let mut s = Tls13Stream::bare(io, direct_read, suite, read, write);
-        s.rx = rx;
-        s.len = len;
+        s.rx = ReadAhead::with_prefill(rx_size(), &pre);
         s
     }
 
@@ -138,10 +131,7 @@ impl Tls13Stream {
             suite,
             read,
             write,
-            rx: None,
-            plain: 0..0,
-            start: 0,
-            len: 0,
+            rx: ReadAhead::new(rx_size()),
             tx: Vec::new(),
             tx_pos: 0,
             eof: false,
@@ -156,51 +146,30 @@ impl Tls13Stream {
     }
 
     /// The connection over `io` after a handshake another engine (rustls) ran over it: `rx`
-    /// (a pooled buffer, taken over) holds in `cipher` the ciphertext read and not yet
-    /// decrypted; `plain` was decrypted and not yet read; `direct_read` says whether `io`
-    /// already handed its read side over; `eof` whether the peer closed.
+    /// (taken over) holds as pending the ciphertext read and not yet decrypted; `plain` was
+    /// decrypted and not yet read; `direct_read` says whether `io` already handed its read
+    /// side over; `eof` whether the peer closed.
     #[allow(clippy::too_many_arguments)]
     pub fn after_handshake(
         io: BoxStream,
         direct_read: bool,
         eof: bool,
-        rx: Option<Box<[u8]>>,
-        cipher: Range<usize>,
+        mut rx: ReadAhead,
         plain: &[u8],
         suite: Suite,
         read: Direction,
         write: Direction,
     ) -> Self {
-        let (rx, plain_at, start, len) = match rx {
-            Some(b) if cipher.start >= plain.len() => {
-                let mut b = b;
-                let p = cipher.start - plain.len();
-                b[p..cipher.start].copy_from_slice(plain);
-                (Some(b), p..cipher.start, cipher.start, cipher.end)
-            }
-            Some(b) => {
-                let c = cipher.len();
-                let mut n = pool::take(RX_SIZE.max(plain.len() + c));
-                n[..plain.len()].copy_from_slice(plain);
-                n[plain.len()..plain.len() + c].copy_from_slice(&b[cipher]);
-                pool::put(b);
-                let p = plain.len();
-                (Some(n), 0..p, p, p + c)
-            }
-            None if !plain.is_empty() => {
-                let mut n = pool::take(RX_SIZE.max(plain.len()));
-                n[..plain.len()].copy_from_slice(plain);
-                let p = plain.len();
-                (Some(n), 0..p, p, p)
-            }
-            None => (None, 0..0, 0, 0),
-        };
         let mut s = Tls13Stream::bare(io, direct_read, suite, read, write);
         s.eof = eof;
-        s.rx = rx;
-        s.plain = plain_at;
-        s.start = start;
-        s.len = len;
+        s.rx = match plain.is_empty() {
+            true => rx,
+            false => {
+                let r = ReadAhead::with_plain_before(rx_size(), plain, rx.pending());
+                rx.release();
+                r
+            }
+        };
         s
     }
 
@@ -256,21 +225,12 @@ impl OuterTls for Tls13Stream {
     }
 
     fn decrypted(&mut self) -> io::Result<Vec<u8>> {
-        let out = match &self.rx {
-            Some(b) => b[self.plain.clone()].to_vec(),
-            None => Vec::new(),
-        };
-        self.plain.start = self.plain.end;
-        Ok(out)
+        Ok(self.rx.take_plain())
     }
 
     fn read_raw(&mut self) -> io::Result<Vec<u8>> {
-        let mut out = self.decrypted()?;
-        if let Some(b) = self.rx.take() {
-            out.extend_from_slice(&b[self.start..self.len]);
-            pool::put(b);
-        }
-        (self.start, self.len, self.plain) = (0, 0, 0..0);
+        let mut out = self.rx.take_plain();
+        out.extend_from_slice(&self.rx.take_all());
         self.raw_read = true;
         Ok(out)
     }

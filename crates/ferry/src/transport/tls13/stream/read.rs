@@ -2,58 +2,47 @@
 //! (tickets dropped, KeyUpdate followed), close_notify, and the buffer given back while idle.
 
 use std::io;
-use std::ops::Range;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
 use super::super::record::{self, HEADER};
-use super::{invalid, poll_read_under, Tls13Stream, RX_SIZE};
-use crate::common::pool;
+use super::{invalid, poll_read_under, Tls13Stream};
 
 impl Tls13Stream {
     /// Decrypts the next complete record in `rx`, if there is one: `Ok(true)` when one was
-    /// processed (its plaintext, possibly empty, is in `plain`).
+    /// processed (its plaintext, possibly empty, waits in `rx`).
     pub(super) fn open_next(&mut self) -> io::Result<bool> {
-        let Some(rx) = self.rx.as_deref_mut() else {
-            return Ok(false);
-        };
-        let Some((ty, body)) = record::header(&rx[self.start..self.len]) else {
+        let Some((ty, body)) = record::header(self.rx.pending()) else {
             return Ok(false);
         };
         if body > record::MAX_BODY {
             return Err(invalid("TLS record too long"));
         }
-        if self.start + HEADER + body > self.len {
-            if self.start + HEADER + body > rx.len() {
-                // Make room for the whole record at the front.
-                rx.copy_within(self.start..self.len, 0);
-                self.len -= self.start;
-                self.start = 0;
-            }
+        let end = HEADER + body;
+        if end > self.rx.pending_len() {
             return Ok(false);
         }
-        let end = self.start + HEADER + body;
-        if ty == record::CHANGE_CIPHER_SPEC && body == 1 && rx[self.start + HEADER] == 1 {
+        let p = self.rx.pending_mut();
+        if ty == record::CHANGE_CIPHER_SPEC && body == 1 && p[HEADER] == 1 {
             // A middlebox-compatibility CCS late in the flight: ignored, as TLS 1.3 allows.
-            self.start = end;
-            self.plain = end..end;
+            self.rx.consume(end);
             return Ok(true);
         }
-        let (inner, content) = record::open(&mut self.read.key, &mut rx[self.start..end])
+        let (inner, content) = record::open(&mut self.read.key, &mut p[..end])
             .map_err(|e| invalid(&format!("TLS record: {e:?}")))?;
-        let content = self.start + content.start..self.start + content.end;
-        self.start = end;
         match inner {
-            record::APPLICATION_DATA => self.plain = content,
+            record::APPLICATION_DATA => self.rx.set_plain(content),
             record::HANDSHAKE => {
-                self.plain = end..end;
-                self.post_handshake(content)?;
+                // Rare (tickets, KeyUpdate): a copy keeps the borrow of `rx` short.
+                let m = self.rx.pending()[content].to_vec();
+                let r = self.post_handshake(&m);
+                self.rx.consume(end);
+                return r.map(|()| true);
             }
             record::ALERT => {
-                self.plain = end..end;
-                let a = &rx[content];
+                let a = &self.rx.pending()[content];
                 if a.len() == 2 && a[1] == 0 {
                     self.closed = true;
                 } else {
@@ -62,18 +51,12 @@ impl Tls13Stream {
             }
             other => return Err(invalid(&format!("TLS record of type {other}"))),
         }
+        self.rx.consume(end);
         Ok(true)
     }
 
     /// Handshake messages after the handshake: tickets are dropped, KeyUpdate honoured.
-    #[allow(
-        clippy::expect_used,
-        clippy::unwrap_used,
-        reason = "state the read path set just before"
-    )]
-    pub(super) fn post_handshake(&mut self, content: Range<usize>) -> io::Result<()> {
-        let rx = self.rx.as_deref().expect("a record was just read");
-        let mut m = &rx[content];
+    pub(super) fn post_handshake(&mut self, mut m: &[u8]) -> io::Result<()> {
         while m.len() >= 4 {
             let len = 4 + ((m[1] as usize) << 16 | (m[2] as usize) << 8 | m[3] as usize);
             if m.len() < len {
@@ -97,57 +80,28 @@ impl Tls13Stream {
         Ok(())
     }
 
-    /// Reads more ciphertext; sets `eof` when the peer closed.
+    /// Reads more ciphertext, room made for a whole record; sets `eof` when the peer closed.
+    /// Called with no plaintext waiting.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.start == self.len && self.plain.is_empty() {
-            (self.start, self.len, self.plain) = (0, 0, 0..0);
+        let need = HEADER + record::MAX_BODY;
+        if self.rx.pending_len() >= need {
+            return Poll::Ready(Err(invalid("TLS record too long")));
         }
-        if let Some(b) = self.rx.as_deref_mut() {
-            if self.len == b.len() {
-                // Full: move what is not yet read to the front.
-                let from = self.plain.start.min(self.start);
-                b.copy_within(from..self.len, 0);
-                self.plain = self.plain.start - from..self.plain.end - from;
-                self.start -= from;
-                self.len -= from;
-                if self.len == b.len() {
-                    return Poll::Ready(Err(invalid("TLS record too long")));
-                }
-            }
-        }
-        if self.direct_read {
+        let n = if self.direct_read {
             let Some(sock) = self.io.socket() else {
                 return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
             };
-            if self.len == 0 {
+            if self.rx.pending_len() == 0 {
                 // Idle: hold no buffer while waiting.
-                if let Some(b) = self.rx.take() {
-                    pool::put(b);
-                }
+                self.rx.release_if_empty();
                 ready!(sock.poll_read_ready(cx))?;
             }
-            let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
-            let n = ready!(sock.poll_read_into(cx, &mut b[self.len..]))?;
-            self.eof |= n == 0;
-            self.len += n;
-            return Poll::Ready(Ok(()));
-        }
-        let b = self.rx.get_or_insert_with(|| pool::take(RX_SIZE));
-        let mut rb = ReadBuf::new(&mut b[self.len..]);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
-        let n = rb.filled().len();
+            ready!(self.rx.poll_fill_with(need, |b| sock.poll_read_into(cx, b)))?
+        } else {
+            ready!(self.rx.poll_fill(cx, Pin::new(&mut self.io), need))?
+        };
         self.eof |= n == 0;
-        self.len += n;
         Poll::Ready(Ok(()))
-    }
-
-    pub(super) fn release_idle(&mut self) {
-        if self.plain.is_empty() && self.start == self.len {
-            if let Some(b) = self.rx.take() {
-                pool::put(b);
-            }
-            (self.start, self.len, self.plain) = (0, 0, 0..0);
-        }
     }
 
     pub(super) fn poll_read_raw(
@@ -160,11 +114,6 @@ impl Tls13Stream {
 }
 
 impl AsyncRead for Tls13Stream {
-    #[allow(
-        clippy::expect_used,
-        clippy::unwrap_used,
-        reason = "state the read path set just before"
-    )]
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -176,12 +125,9 @@ impl AsyncRead for Tls13Stream {
         }
         let start = buf.filled().len();
         loop {
-            if !me.plain.is_empty() {
-                let rx = me.rx.as_deref().expect("plaintext lives in rx");
-                let n = me.plain.len().min(buf.remaining());
-                buf.put_slice(&rx[me.plain.start..me.plain.start + n]);
-                me.plain.start += n;
-                if buf.remaining() == 0 || me.one_record || !me.plain.is_empty() {
+            if me.rx.has_plain() {
+                me.rx.take_plain_into(buf);
+                if buf.remaining() == 0 || me.one_record || me.rx.has_plain() {
                     return Poll::Ready(Ok(()));
                 }
             }
@@ -200,7 +146,7 @@ impl AsyncRead for Tls13Stream {
                 return Poll::Ready(Ok(()));
             }
             if me.eof {
-                if me.start < me.len {
+                if me.rx.pending_len() > 0 {
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "TLS: peer closed in the middle of a TLS record",
@@ -208,13 +154,7 @@ impl AsyncRead for Tls13Stream {
                 }
                 return Poll::Ready(Ok(()));
             }
-            match me.poll_fill(cx) {
-                Poll::Ready(r) => r?,
-                Poll::Pending => {
-                    me.release_idle();
-                    return Poll::Pending;
-                }
-            }
+            ready!(me.poll_fill(cx))?;
         }
     }
 }

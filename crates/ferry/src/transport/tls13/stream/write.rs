@@ -9,7 +9,6 @@ use tokio::io::AsyncWrite;
 
 use super::super::record::{self, HEADER, MAX_PLAIN, TAG};
 use super::{Tls13Stream, KEY_LIMIT, WRITE_CHUNK};
-use crate::common::pool;
 use crate::transport::poll_write_all;
 
 impl Tls13Stream {
@@ -77,9 +76,6 @@ impl Tls13Stream {
 
 impl Drop for Tls13Stream {
     fn drop(&mut self) {
-        if let Some(b) = self.rx.take() {
-            pool::put(b);
-        }
         self.close_notify_now();
     }
 }
