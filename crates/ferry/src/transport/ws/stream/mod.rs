@@ -17,12 +17,15 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::frame::{self, Header};
-use crate::transport::{poll_write_all, BoxStream, Stream};
+use crate::common::pool;
+use crate::transport::{poll_write_all, BoxStream, ReadAhead, Stream};
 
 /// The most payload one written frame carries.
 const MAX_FRAME: usize = 256 * 1024;
 /// The read buffer (headers, control frames, small frames).
 const READ_BUF: usize = 16 * 1024;
+/// The handshake response a client reads at most.
+const MAX_RESPONSE: usize = 8192;
 /// Frames at least this long are read straight into the caller's buffer.
 const DIRECT: u64 = 4096;
 /// Control frames (pongs, heartbeat pings) that may wait in the write buffer for a peer that
@@ -69,9 +72,8 @@ pub struct WsStream {
     inner: BoxStream,
     /// This end is the client: it masks what it writes and reads unmasked frames.
     client: bool,
-    rbuf: Vec<u8>,
-    rpos: usize,
-    rend: usize,
+    /// Bytes read and not yet consumed (frame headers, payload, the handshake response).
+    rx: ReadAhead,
     state: ReadState,
     frags: frame::Fragments,
     /// Early data the server took from the upgrade request, read first.
@@ -91,13 +93,10 @@ impl WsStream {
     /// A connection whose handshake is done: `client` is this end's side, `rest` are bytes
     /// read past the handshake, `early` the early data a server took from the request.
     pub fn new(inner: BoxStream, client: bool, rest: Vec<u8>, early: Bytes) -> Self {
-        let rend = rest.len();
         WsStream {
             inner,
             client,
-            rbuf: rest,
-            rpos: 0,
-            rend,
+            rx: ReadAhead::with_prefill(pool::Adaptive::fixed(READ_BUF), &rest),
             state: ReadState::Header,
             frags: frame::Fragments::default(),
             early,
@@ -203,64 +202,44 @@ impl WsStream {
     fn poll_response(&mut self, cx: &mut Context<'_>, accept: &str) -> Poll<io::Result<()>> {
         ready!(self.poll_drain(cx))?;
         loop {
-            let got = &self.rbuf[..self.rend];
+            let got = self.rx.pending();
             if let Some(end) = crate::proxy::http::codec::head_len(got, 0)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
             {
                 super::check_response(&got[..end], accept)?;
-                self.rpos = end;
+                self.rx.consume(end);
                 return Poll::Ready(Ok(()));
             }
-            if self.rend >= 8192 {
+            if got.len() >= MAX_RESPONSE {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "WebSocket handshake response too long",
                 )));
             }
-            self.rbuf.resize(8192, 0);
-            let mut rb = ReadBuf::new(&mut self.rbuf[self.rend..]);
-            ready!(Pin::new(&mut *self.inner).poll_read(cx, &mut rb))?;
-            let n = rb.filled().len();
+            let n = ready!(self
+                .rx
+                .poll_fill(cx, Pin::new(&mut *self.inner), MAX_RESPONSE))?;
             if n == 0 {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "connection closed before the WebSocket handshake response",
                 )));
             }
-            self.rend += n;
         }
     }
 
-    /// Reads more into the read buffer; `Ok(0)` at EOF.
+    /// Reads more into the read buffer (called with less than a whole control frame held, so
+    /// there is room); `Ok(0)` at EOF. Idle connections keep no read buffer.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.rpos > 0 {
-            self.rbuf.copy_within(self.rpos..self.rend, 0);
-            self.rend -= self.rpos;
-            self.rpos = 0;
-        }
-        if self.rbuf.len() < READ_BUF {
-            self.rbuf.resize(READ_BUF, 0);
-        }
-        let mut rb = ReadBuf::new(&mut self.rbuf[self.rend..]);
-        match Pin::new(&mut *self.inner).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) => {
-                let n = rb.filled().len();
-                self.rend += n;
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                if self.rend == 0 {
-                    // Idle connections keep no read buffer.
-                    self.rbuf = Vec::new();
-                }
-                Poll::Pending
-            }
-        }
+        self.rx.poll_fill(
+            cx,
+            Pin::new(&mut *self.inner),
+            frame::MAX_HEADER + frame::MAX_CONTROL,
+        )
     }
 
     fn buffered(&self) -> &[u8] {
-        &self.rbuf[self.rpos..self.rend]
+        self.rx.pending()
     }
 
     /// Sends what the heartbeat and the control frames read asked for, without waiting.
@@ -298,12 +277,11 @@ impl WsStream {
     /// Handles a whole control frame at the front of the read buffer (a close frame closes
     /// the read side).
     fn control(&mut self, h: &Header) -> io::Result<()> {
-        let start = self.rpos + h.size;
-        let end = start + h.len as usize;
+        let (start, end) = (h.size, h.size + h.len as usize);
         let mut payload = [0u8; frame::MAX_CONTROL];
         let payload = &mut payload[..end - start];
-        payload.copy_from_slice(&self.rbuf[start..end]);
-        self.rpos = end;
+        payload.copy_from_slice(&self.rx.pending()[start..end]);
+        self.rx.consume(end);
         if let Some(k) = h.mask {
             frame::apply_mask(payload, k, 0);
         }
@@ -355,12 +333,12 @@ impl AsyncRead for WsStream {
                 ReadState::Payload { left, .. } if *left == 0 => me.state = ReadState::Header,
                 ReadState::Payload { left, mask, offset } => {
                     let want = (*left).min(out.remaining() as u64) as usize;
-                    let held = me.rend - me.rpos;
+                    let held = me.rx.pending_len();
                     let start = out.filled().len();
                     let n = if held > 0 {
                         let n = want.min(held);
-                        out.put_slice(&me.rbuf[me.rpos..me.rpos + n]);
-                        me.rpos += n;
+                        out.put_slice(&me.rx.pending()[..n]);
+                        me.rx.consume(n);
                         n
                     } else if *left >= DIRECT || want == out.remaining() {
                         let dst = out.initialize_unfilled_to(want);
@@ -398,7 +376,7 @@ impl AsyncRead for WsStream {
                     });
                     let Some(h) = complete else {
                         if ready!(me.poll_fill(cx))? == 0 {
-                            if me.rend == me.rpos {
+                            if me.rx.pending_len() == 0 {
                                 // The peer closed without a close frame: the end (as Xray
                                 // reads it).
                                 me.state = ReadState::Closed;
@@ -417,7 +395,7 @@ impl AsyncRead for WsStream {
                         continue;
                     }
                     me.frags.data(&h).map_err(invalid)?;
-                    me.rpos += h.size;
+                    me.rx.consume(h.size);
                     me.state = ReadState::Payload {
                         left: h.len,
                         mask: h.mask,
