@@ -16,10 +16,11 @@ use super::cipher::{Crypt, Method};
 use super::obfs::Obfs;
 use super::protocol::Protocol;
 use super::util::{Error, Result};
+use crate::common::pool;
 use crate::proxy::first_payload::FirstPayloadWait;
 use crate::proxy::shadowsocks::conn::FIRST_PAYLOAD_WAIT;
 use crate::proxy::shadowsocks::stream_cipher::CFB_SLACK;
-use crate::transport::{BoxStream, Stream};
+use crate::transport::{BoxStream, ReadAhead, Stream};
 
 /// Plaintext taken per write at most (SSR's own buffer size).
 const WRITE_MAX: usize = 32 * 1024;
@@ -48,7 +49,8 @@ pub struct SsrStream {
     /// Wire bytes not yet written.
     wbuf: Vec<u8>,
     wpos: usize,
-    raw: Vec<u8>,
+    /// Bytes read from the socket, decoded at once (pooled, given back while idle).
+    raw: ReadAhead,
     eof: bool,
     /// Client: the request address, sent with the first payload.
     request: Option<Vec<u8>>,
@@ -93,7 +95,7 @@ impl SsrStream {
             rpos: 0,
             wbuf: Vec::new(),
             wpos: 0,
-            raw: Vec::new(),
+            raw: ReadAhead::new(pool::Adaptive::fixed(READ_SIZE)),
             eof: false,
             request,
             wait: FirstPayloadWait::new(FIRST_PAYLOAD_WAIT),
@@ -327,30 +329,41 @@ impl AsyncRead for SsrStream {
             } else {
                 READ_SIZE
             };
-            if me.raw.len() != size {
-                me.raw.resize(size, 0);
+            if me.raw.target_size() != size {
+                me.raw = ReadAhead::new(pool::Adaptive::fixed(size));
             }
-            let mut raw = std::mem::take(&mut me.raw);
-            let mut rb = ReadBuf::new(&mut raw);
-            let r = Pin::new(&mut me.inner).poll_read(cx, &mut rb);
-            let n = rb.filled().len();
+            // Out of `me` while it is decoded (an empty ReadAhead holds no buffer).
+            let mut raw =
+                std::mem::replace(&mut me.raw, ReadAhead::new(pool::Adaptive::fixed(size)));
+            let inner = &mut me.inner;
+            let r = raw.poll_fill_with(size, |b| {
+                // At most `size` per read, whatever the pooled buffer's length.
+                let cap = b.len().min(size);
+                let mut rb = ReadBuf::new(&mut b[..cap]);
+                ready!(Pin::new(&mut *inner).poll_read(cx, &mut rb))?;
+                Poll::Ready(Ok(rb.filled().len()))
+            });
             let res = match r {
                 Poll::Pending => {
                     me.raw = raw;
                     return Poll::Pending;
                 }
                 Poll::Ready(Err(e)) => Err(e),
-                Poll::Ready(Ok(())) if n == 0 => {
+                Poll::Ready(Ok(0)) => {
                     me.eof = true;
                     Ok(())
                 }
-                Poll::Ready(Ok(())) => {
+                Poll::Ready(Ok(_)) => {
+                    let got = raw.pending();
                     if let Some(r) = me.record.as_mut() {
                         if r.len() <= RECORD_MAX {
-                            r.extend_from_slice(&raw[..n]);
+                            r.extend_from_slice(got);
                         }
                     }
-                    me.decode(&raw[..n]).map_err(io::Error::from)
+                    let res = me.decode(got).map_err(io::Error::from);
+                    let n = raw.pending_len();
+                    raw.consume(n);
+                    res
                 }
             };
             me.raw = raw;
