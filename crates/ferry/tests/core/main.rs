@@ -13,6 +13,7 @@ mod proxy_clients;
 
 mod cli;
 mod dokodemo;
+mod examples;
 mod fallbacks;
 mod layers;
 mod load;

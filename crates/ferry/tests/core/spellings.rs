@@ -3,7 +3,7 @@
 //! Xray reads wins when both are given (Ferry says which one it ignores), and the ones whose
 //! precedence shows in behaviour are checked by carrying bytes.
 //!
-//! The table of spellings and what Xray does with each is in the README's "Config spellings".
+//! The table of spellings and what Xray does with each is in docs/config.md ("Config spellings").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
