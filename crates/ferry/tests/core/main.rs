@@ -15,6 +15,7 @@ mod cli;
 mod dokodemo;
 mod examples;
 mod fallbacks;
+mod install;
 mod layers;
 mod load;
 mod registry;
