@@ -16,6 +16,7 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use tokio::io::{AsyncRead, ReadBuf};
 
+use super::BoxStream;
 use crate::common::pool;
 
 /// Free space behind the pending bytes below which they move to the front before a read, so
@@ -220,6 +221,29 @@ impl ReadAhead {
                 Poll::Ready(Ok(n))
             }
         }
+    }
+
+    /// [`ReadAhead::poll_fill`] from the stream under a framing layer, or straight from its
+    /// socket when `direct` (the stream handed its read side over): then an idle connection
+    /// waits for readability holding no buffer at all.
+    pub fn poll_fill_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut BoxStream,
+        direct: bool,
+        need: usize,
+    ) -> Poll<io::Result<usize>> {
+        if !direct {
+            return self.poll_fill(cx, Pin::new(io), need);
+        }
+        let Some(sock) = io.socket() else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        if self.pending_len() == 0 {
+            self.release_if_empty();
+            ready!(sock.poll_read_ready(cx))?;
+        }
+        self.poll_fill_with(need, |b| sock.poll_read_into(cx, b))
     }
 
     /// Gives the buffer back to the pool when it holds nothing (idle connections keep none).

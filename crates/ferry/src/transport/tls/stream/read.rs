@@ -92,21 +92,9 @@ where
                 "TLS record too long",
             )));
         }
-        let n = if self.direct_read {
-            let Some(sock) = self.io.socket() else {
-                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-            };
-            if self.rx.pending_len() == 0 {
-                // Idle: hold no buffer while waiting.
-                self.rx.release_if_empty();
-                ready!(sock.poll_read_ready(cx))?;
-            }
-            ready!(self
-                .rx
-                .poll_fill_with(MAX_RECORD, |b| sock.poll_read_into(cx, b)))?
-        } else {
-            ready!(self.rx.poll_fill(cx, Pin::new(&mut self.io), MAX_RECORD))?
-        };
+        let n = ready!(self
+            .rx
+            .poll_fill_from(cx, &mut self.io, self.direct_read, MAX_RECORD))?;
         self.eof |= n == 0;
         Poll::Ready(Ok(()))
     }

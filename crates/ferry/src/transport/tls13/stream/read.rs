@@ -87,19 +87,9 @@ impl Tls13Stream {
         if self.rx.pending_len() >= need {
             return Poll::Ready(Err(invalid("TLS record too long")));
         }
-        let n = if self.direct_read {
-            let Some(sock) = self.io.socket() else {
-                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-            };
-            if self.rx.pending_len() == 0 {
-                // Idle: hold no buffer while waiting.
-                self.rx.release_if_empty();
-                ready!(sock.poll_read_ready(cx))?;
-            }
-            ready!(self.rx.poll_fill_with(need, |b| sock.poll_read_into(cx, b)))?
-        } else {
-            ready!(self.rx.poll_fill(cx, Pin::new(&mut self.io), need))?
-        };
+        let n = ready!(self
+            .rx
+            .poll_fill_from(cx, &mut self.io, self.direct_read, need))?;
         self.eof |= n == 0;
         Poll::Ready(Ok(()))
     }

@@ -206,6 +206,12 @@ impl WsStream {
             if let Some(end) = crate::proxy::http::codec::head_len(got, 0)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
             {
+                if end > MAX_RESPONSE {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "WebSocket handshake response too long",
+                    )));
+                }
                 super::check_response(&got[..end], accept)?;
                 self.rx.consume(end);
                 return Poll::Ready(Ok(()));
@@ -341,6 +347,8 @@ impl AsyncRead for WsStream {
                         me.rx.consume(n);
                         n
                     } else if *left >= DIRECT || want == out.remaining() {
+                        // Straight into the caller's buffer: ours (empty) goes back meanwhile.
+                        me.rx.release_if_empty();
                         let dst = out.initialize_unfilled_to(want);
                         let mut rb = ReadBuf::new(dst);
                         ready!(Pin::new(&mut *me.inner).poll_read(cx, &mut rb))?;

@@ -125,3 +125,30 @@ async fn a_peer_that_pings_and_never_reads_is_closed() {
     drop(s);
     assert!(pinger.await.unwrap(), "the pinger sent everything");
 }
+
+/// A peer that sends a large frame's header and part of its payload, then stalls: the stream
+/// waiting for the rest holds no read buffer (the payload goes straight to the caller).
+#[tokio::test]
+async fn a_stalled_large_frame_holds_no_read_buffer() {
+    let (mut raw, b) = tokio::io::duplex(256 * 1024);
+    let mut s = WsStream::new(Box::new(b), false, Vec::new(), Bytes::new());
+    let key = [1, 2, 3, 4];
+    let mut h = [0u8; frame::MAX_HEADER];
+    let n = frame::encode(frame::BINARY, 100_000, Some(key), &mut h);
+    let mut part = vec![0u8; 30_000];
+    frame::apply_mask(&mut part, key, 0);
+    raw.write_all(&h[..n]).await.unwrap();
+    raw.write_all(&part).await.unwrap();
+    let mut got = vec![0u8; 100_000];
+    let mut read = 0;
+    while read < 30_000 {
+        read += s.read(&mut got[read..]).await.unwrap();
+    }
+    assert_eq!(read, 30_000);
+    let more = tokio::time::timeout(std::time::Duration::from_millis(50), s.read(&mut got)).await;
+    assert!(more.is_err(), "the rest of the frame has not come");
+    assert!(
+        !s.rx.holds_buffer(),
+        "a stream waiting inside a frame holds no buffer"
+    );
+}
