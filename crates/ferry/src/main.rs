@@ -19,7 +19,12 @@ fn main() -> ExitCode {
         }) => cli::run::run(config, test, grace),
         Some(Cmd::Test { config }) => cli::run::run(config, true, 0),
         Some(Cmd::Version) => Ok(cli::version()),
-        Some(Cmd::Link { link, config, host }) => cli::link::link_cmd(link, config, host),
+        Some(Cmd::Link {
+            link,
+            config,
+            host,
+            subscription,
+        }) => cli::link::link_cmd(link, config, host, subscription),
         Some(Cmd::Tls {
             cmd: TlsCmd::Cert { domain, file, days },
         }) => cli::keys::tls_cert(&domain, file.as_deref(), days),

@@ -38,14 +38,20 @@ pub(crate) enum Cmd {
     /// print the links of a config (`-c`): `ss://` / `ssr://` for shadowsocks(r) inbound users,
     /// `vmess://` for VMess outbounds.
     Link {
-        /// An `ss://`, `ssr://` or `vmess://` link to turn into an outbound.
+        /// An `ss://`, `ssr://`, `vmess://`, `vless://` or `trojan://` link to turn into an
+        /// outbound.
         link: Option<String>,
-        /// Config whose shadowsocks and shadowsocksr inbounds' users get links.
+        /// Config whose inbounds' users get links (Shadowsocks, ShadowsocksR, VMess, VLESS,
+        /// Trojan; REALITY and TLS included), as do its VMess outbounds.
         #[arg(short = 'c', long = "config")]
         config: Vec<String>,
         /// Host name clients use to reach the server (default: the inbound's listen address).
         #[arg(long)]
         host: Option<String>,
+        /// Print one subscription (the links, one per line, in base64) instead of one
+        /// `email<TAB>link` line per user: what client apps import from a subscription URL.
+        #[arg(long)]
+        subscription: bool,
     },
     /// TLS helpers.
     Tls {

@@ -9,13 +9,15 @@ use ferry::config;
 use super::source::read_source;
 
 /// `ferry link`: a `ss://`, `ssr://`, `vmess://`, `vless://` or `trojan://` link becomes an
-/// outbound JSON object; with `-c`, prints `ss://` / `ssr://` / `vless://` / `trojan://` links
-/// for the users of the config's shadowsocks, shadowsocksr, VLESS and Trojan inbounds (REALITY
-/// or TLS included) and `vmess://` links for its VMess outbounds.
+/// outbound JSON object; with `-c`, prints `ss://` / `ssr://` / `vmess://` / `vless://` /
+/// `trojan://` links for the users of the config's shadowsocks, shadowsocksr, VMess, VLESS and
+/// Trojan inbounds (REALITY or TLS included) and `vmess://` links for its VMess outbounds; with
+/// `--subscription`, all of them as one base64 subscription.
 pub(crate) fn link_cmd(
     link: Option<String>,
     config: Vec<String>,
     host: Option<String>,
+    subscription: bool,
 ) -> Result<ExitCode> {
     use ferry::proxy::table;
     if let Some(l) = link {
@@ -34,7 +36,8 @@ pub(crate) fn link_cmd(
         docs.push(config::json::parse(&text).map_err(|e| anyhow!("{name}: {e}"))?);
     }
     let merged = config::merge(docs);
-    let mut n = 0;
+    // (who, link): who is the user's email for an inbound's user, None for an outbound.
+    let mut links: Vec<(Option<String>, String)> = Vec::new();
     for ib in merged
         .get("inbounds")
         .and_then(|v| v.as_array())
@@ -59,25 +62,33 @@ pub(crate) fn link_cmd(
             .unwrap_or("0.0.0.0");
         let h = host.clone().unwrap_or_else(|| listen.to_string());
         for (email, l) in links_for(ib, &h, port).map_err(|e| anyhow!("{e}"))? {
-            let who = if email.is_empty() {
-                "(no email)".to_string()
-            } else {
-                email
-            };
-            println!("{who}\t{l}");
-            n += 1;
+            links.push((Some(email), l));
         }
     }
     for outbound_links in table::PROTOCOLS.iter().filter_map(|p| p.links.outbounds) {
-        for l in outbound_links(&merged) {
-            println!("{l}");
-            n += 1;
-        }
+        links.extend(outbound_links(&merged).into_iter().map(|l| (None, l)));
     }
-    if n == 0 {
+    if links.is_empty() {
         return Err(anyhow!(
-            "no shadowsocks/shadowsocksr/vless/trojan inbound users or vmess outbounds in the config"
+            "no shadowsocks/shadowsocksr/vmess/vless/trojan inbound users or vmess outbounds in the config"
         ));
+    }
+    if subscription {
+        // A subscription is the links one per line, in standard base64 (v2rayN's form, which
+        // every client app imports).
+        let all: Vec<&str> = links.iter().map(|(_, l)| l.as_str()).collect();
+        println!(
+            "{}",
+            ferry::common::text::base64_std(all.join("\n").as_bytes())
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (who, l) in links {
+        match who {
+            Some(e) if e.is_empty() => println!("(no email)\t{l}"),
+            Some(e) => println!("{e}\t{l}"),
+            None => println!("{l}"),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

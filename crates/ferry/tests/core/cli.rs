@@ -649,3 +649,59 @@ fn launched_as_xray_by_a_panel() {
     let _ = child.wait();
     assert!(got.is_ok(), "no 'core ... started' line on stdout");
 }
+
+/// `ferry link -c` prints a link for every user of the config's VMess and VLESS inbounds, and
+/// `--subscription` the same links as one base64 subscription (one per line inside).
+#[test]
+fn links_for_vmess_and_vless_users_and_a_subscription() {
+    let dir = tempdir::Dir::new("links");
+    let cfg = write(
+        &dir,
+        "c.json",
+        r#"{"inbounds": [
+            {"protocol": "vmess", "port": 443, "settings": {"clients": [
+                {"id": "b831381d-6324-4d53-ad4f-8cda48b30811", "email": "a@x"}]},
+             "streamSettings": {"network": "ws", "security": "tls",
+                "wsSettings": {"path": "/ray"}}},
+            {"protocol": "vless", "port": 8443, "settings": {"decryption": "none", "clients": [
+                {"id": "27848739-7e62-4138-9fd3-098a63964b6b", "email": "b@x"}]}}]}"#,
+    );
+    let o = ferry_cmd(&["link", "-c", s(&cfg), "--host", "example.com"]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    let vmess = lines[0]
+        .strip_prefix("a@x\t")
+        .expect("the VMess user's line");
+    assert!(vmess.starts_with("vmess://"), "{vmess}");
+    let back = ferry_cmd(&["link", vmess]);
+    let outbound = text(&back.stdout);
+    for want in [
+        "\"example.com\"",
+        "\"/ray\"",
+        "b831381d-6324-4d53-ad4f-8cda48b30811",
+        "\"tls\"",
+    ] {
+        assert!(outbound.contains(want), "{want} in {outbound}");
+    }
+    let vless = lines[1]
+        .strip_prefix("b@x\t")
+        .expect("the VLESS user's line");
+    assert!(vless.starts_with("vless://27848739-7e62-4138-9fd3-098a63964b6b@example.com:8443"));
+    let o = ferry_cmd(&[
+        "link",
+        "-c",
+        s(&cfg),
+        "--host",
+        "example.com",
+        "--subscription",
+    ]);
+    let sub = text(&o.stdout);
+    assert!(o.status.success(), "{sub}");
+    let decoded = ferry::common::text::base64_decode(sub.trim()).unwrap();
+    assert_eq!(
+        String::from_utf8(decoded).unwrap(),
+        format!("{vmess}\n{vless}")
+    );
+}

@@ -203,11 +203,108 @@ impl VmessLink {
     }
 }
 
-/// VMess's share links: `vmess://` read, and written for a config's VMess outbounds.
+/// Links for the users of a VMess inbound reached at `host:port`, in v2rayN's form: (email,
+/// link). The transport's path and host (WebSocket, HTTPUpgrade), service name (gRPC) or
+/// header type (TCP's `http` header) and TLS come from the inbound's `streamSettings`.
+pub fn links_for_inbound(inbound: &Value, host: &str, port: u16) -> Vec<(String, VmessLink)> {
+    let null = Value::Null;
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let stream = inbound.get("streamSettings").unwrap_or(&null);
+    let network = match s(stream, "network").as_str() {
+        "" | "raw" => "tcp".to_string(),
+        n => n.to_string(),
+    };
+    let (mut path, mut ws_host) = (String::new(), String::new());
+    let mut header_type = String::from("none");
+    match network.as_str() {
+        "ws" | "httpupgrade" => {
+            let key = if network == "ws" {
+                "wsSettings"
+            } else {
+                "httpupgradeSettings"
+            };
+            let w = stream.get(key).unwrap_or(&null);
+            (path, ws_host) = (s(w, "path"), s(w, "host"));
+        }
+        "grpc" => {
+            // v2rayN carries the service name in `path`, the mode in `type`.
+            let g = stream.get("grpcSettings").unwrap_or(&null);
+            path = s(g, "serviceName");
+            let multi = g.get("multiMode").and_then(Value::as_bool) == Some(true);
+            header_type = if multi { "multi" } else { "gun" }.into();
+        }
+        "tcp" => {
+            let h = stream.pointer("/tcpSettings/header").unwrap_or(&null);
+            if s(h, "type") == "http" {
+                header_type = "http".into();
+                let r = h.get("request").unwrap_or(&null);
+                let first = |k: &str| {
+                    let v = r.pointer(k);
+                    v.and_then(Value::as_array)
+                        .and_then(|a| a.first())
+                        .or(v)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                (path, ws_host) = (first("/path"), first("/headers/Host"));
+            }
+        }
+        _ => {}
+    }
+    let tls = s(stream, "security").eq_ignore_ascii_case("tls");
+    let sni = match stream
+        .pointer("/tlsSettings/serverName")
+        .and_then(Value::as_str)
+    {
+        Some(n) if tls => n.to_string(),
+        _ if tls && host.parse::<std::net::IpAddr>().is_err() => host.to_string(),
+        _ => String::new(),
+    };
+    let empty = Vec::new();
+    let clients = inbound
+        .pointer("/settings/clients")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    clients
+        .iter()
+        .filter(|c| !s(c, "id").is_empty())
+        .map(|c| {
+            let email = s(c, "email");
+            let link = VmessLink {
+                name: email.clone(),
+                address: host.to_string(),
+                port,
+                id: s(c, "id"),
+                alter_id: c
+                    .get("alterId")
+                    .and_then(Value::as_u64)
+                    .and_then(|a| u16::try_from(a).ok())
+                    .unwrap_or(0),
+                security: "auto".into(),
+                network: network.clone(),
+                header_type: header_type.clone(),
+                host: ws_host.clone(),
+                path: path.clone(),
+                tls: if tls { "tls" } else { "" }.into(),
+                sni: sni.clone(),
+            };
+            (email, link)
+        })
+        .collect()
+}
+
+/// VMess's share links: `vmess://` read, and written for a config's VMess inbounds' users and
+/// its VMess outbounds.
 pub const LINKS: crate::proxy::protocol::Links = crate::proxy::protocol::Links {
     schemes: &["vmess"],
     parse: Some(|l| Ok(VmessLink::parse(l)?.to_outbound())),
-    inbound: None,
+    inbound: Some(|ib, host, port| {
+        Ok(links_for_inbound(ib, host, port)
+            .into_iter()
+            .map(|(e, l)| (e, l.to_link()))
+            .collect())
+    }),
     outbounds: Some(|cfg| {
         VmessLink::from_config(cfg)
             .iter()
@@ -302,5 +399,38 @@ mod tests {
             }),
         };
         assert!(super::super::outbound::build(&settings, &b).is_ok());
+    }
+
+    #[test]
+    fn an_inbound_s_users_get_links_that_read_back_as_its_outbound() {
+        let ib = json!({"protocol": "vmess", "port": 443, "settings": {"clients": [
+            {"id": "b831381d-6324-4d53-ad4f-8cda48b30811", "email": "a@x"},
+            {"id": "27848739-7e62-4138-9fd3-098a63964b6b", "alterId": 4}]},
+            "streamSettings": {"network": "ws", "security": "tls",
+                "wsSettings": {"path": "/ray", "host": "cdn.example.com"}}});
+        let links = links_for_inbound(&ib, "example.com", 443);
+        assert_eq!(links.len(), 2);
+        assert_eq!(links[0].0, "a@x");
+        let back = VmessLink::parse(&links[0].1.to_link()).unwrap();
+        assert_eq!(
+            (back.id.as_str(), back.network.as_str(), back.path.as_str()),
+            ("b831381d-6324-4d53-ad4f-8cda48b30811", "ws", "/ray")
+        );
+        assert_eq!(
+            (back.host.as_str(), back.tls.as_str(), back.sni.as_str()),
+            ("cdn.example.com", "tls", "example.com")
+        );
+        assert_eq!(VmessLink::parse(&links[1].1.to_link()).unwrap().alter_id, 4);
+        let out = back.to_outbound();
+        assert_eq!(out["streamSettings"]["wsSettings"]["path"], "/ray");
+        assert_eq!(out["settings"]["vnext"][0]["address"], "example.com");
+        // gRPC's service name rides in `path`, its mode in `type`.
+        let g = json!({"protocol": "vmess", "settings": {"clients": [{"id": "b831381d-6324-4d53-ad4f-8cda48b30811"}]},
+            "streamSettings": {"network": "grpc", "grpcSettings": {"serviceName": "svc", "multiMode": true}}});
+        let l = &links_for_inbound(&g, "1.2.3.4", 8443)[0].1;
+        assert_eq!(
+            (l.path.as_str(), l.header_type.as_str(), l.sni.as_str()),
+            ("svc", "multi", "")
+        );
     }
 }
