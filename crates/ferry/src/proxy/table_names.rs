@@ -18,6 +18,11 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "a share link's raw TCP header type",
     ),
     (
+        "proxy/vmess/link.rs",
+        "http",
+        "a share link's raw TCP header type",
+    ),
+    (
         "proxy/blackhole/mod.rs",
         "http",
         "blackhole's response type",
