@@ -11,6 +11,7 @@ mod inbound;
 mod merge;
 mod outbound;
 mod protocol;
+pub mod quic;
 /// The JSON reader and comment stripper (in `common`: every layer parses its own settings).
 pub use crate::common::{json, reader};
 pub mod reality;

@@ -74,6 +74,11 @@ pub(crate) fn parse_stream_obj(
                     let x = super::xhttp::parse(o, outbound, parse_stream_obj)?;
                     out.network = Network::Xhttp(Arc::new(x));
                 }
+                "hysteria" => {
+                    let h = super::quic::hysteria(s.obj("hysteriaSettings")?, outbound)?;
+                    out.network = Network::Hysteria(Arc::new(h));
+                    default_alpn = &["h3"];
+                }
                 _ => {
                     let p = s
                         .get_alias(&["network", "method"])
@@ -119,6 +124,14 @@ pub(crate) fn parse_stream_obj(
                 }
             }
         }
+        let quic = matches!(out.network, Network::Hysteria(_));
+        if quic && matches!(out.security, Security::Reality(_)) {
+            return Err(ConfigError::new(
+                s.key_path("security"),
+                "the hysteria network runs on TLS (QUIC), not REALITY",
+            ));
+        }
+        out.finalmask = Arc::new(super::quic::finalmask(s.obj("finalmask")?, quic)?);
         for k in ["tlsSettings", "xtlsSettings", "realitySettings"] {
             // Present but unused (security is none): accepted, as Xray does.
             s.ignore(&[k]);
@@ -157,6 +170,7 @@ pub(crate) fn parse_stream_obj(
             "quicSettings",
             "httpSettings",
             "dsSettings",
+            "hysteriaSettings",
         ] {
             s.ignore(&[k]);
         }

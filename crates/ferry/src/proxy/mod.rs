@@ -12,6 +12,7 @@ pub mod freedom;
 pub use crate::transport::head;
 pub mod headed;
 pub mod http;
+pub mod hysteria;
 pub mod mux;
 pub mod probe;
 pub mod protocol;
@@ -72,6 +73,13 @@ pub trait Services: Send + Sync + 'static {
         idle: std::time::Duration,
         ctx: &InboundCtx,
     ) -> Arc<dyn udp::UdpSessions>;
+    /// Serves, to its end, what an inbound that reads its connections itself accepted (each
+    /// stream and datagram session of a QUIC connection), as if `accept` had returned it.
+    fn serve_accepted(
+        self: Arc<Self>,
+        accepted: Accepted,
+        ctx: InboundCtx,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>> + Send>>;
 }
 
 impl InboundCtx {

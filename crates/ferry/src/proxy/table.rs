@@ -4,7 +4,7 @@
 
 use super::protocol::Protocol;
 use super::{
-    blackhole, dns, dokodemo, freedom, http, shadowsocks, shadowsocksr, socks, trojan, vless,
+    blackhole, dns, dokodemo, freedom, http, hysteria, shadowsocks, shadowsocksr, socks, trojan, vless,
     vmess, InboundBuilder, OutboundBuilder,
 };
 
@@ -16,6 +16,7 @@ pub const PROTOCOLS: &[&Protocol] = &[
     &dns::PROTOCOL,
     &socks::PROTOCOL,
     &http::PROTOCOL,
+    &hysteria::PROTOCOL,
     &vmess::PROTOCOL,
     &vless::PROTOCOL,
     &trojan::PROTOCOL,
@@ -24,7 +25,7 @@ pub const PROTOCOLS: &[&Protocol] = &[
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
-pub const KNOWN_ELSEWHERE: &[&str] = &["wireguard", "hysteria", "loopback", "mtproto", "tun"];
+pub const KNOWN_ELSEWHERE: &[&str] = &["wireguard", "loopback", "mtproto", "tun"];
 
 /// The protocol with an inbound called `name` (or its alias).
 pub fn inbound(name: &str) -> Option<&'static Protocol> {

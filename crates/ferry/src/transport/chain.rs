@@ -24,6 +24,9 @@ pub enum Network {
     Grpc(Arc<super::grpc::GrpcSettings>),
     /// `xhttp` / `splithttp`.
     Xhttp(Arc<super::xhttp::XhttpSettings>),
+    /// `hysteria`: QUIC, with Hysteria 2's authentication; not a layer over a stream (the
+    /// `hysteria` protocol runs its own endpoint).
+    Hysteria(Arc<super::quic::HysteriaSettings>),
 }
 
 /// `streamSettings.security`.
@@ -54,6 +57,8 @@ pub struct StreamSettings {
     pub trusted_xff: Arc<[String]>,
     /// `tcpSettings.header` `type: "http"`.
     pub http_header: Option<Arc<super::http_header::HttpHeaderLayer>>,
+    /// `finalmask`: UDP masks and QUIC settings (QUIC transports).
+    pub finalmask: Arc<super::quic::FinalMask>,
 }
 
 impl StreamSettings {
@@ -101,7 +106,7 @@ impl StreamSettings {
                 tls_name,
                 tls: matches!(self.security, Security::Tls(_)),
             })),
-            Network::Xhttp(_) => {}
+            Network::Xhttp(_) | Network::Hysteria(_) => {}
         }
         layers
     }

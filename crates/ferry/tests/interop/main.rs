@@ -14,6 +14,7 @@ mod proxy_clients;
 #[path = "../route_helpers/mod.rs"]
 mod route_helpers;
 
+mod interop_hysteria;
 mod interop_mux;
 mod interop_reality;
 mod interop_shadowsocks;

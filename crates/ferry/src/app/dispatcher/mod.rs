@@ -187,6 +187,19 @@ impl Dispatcher {
     ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'a {
         async move {
             let accepted = handler.accept(stream, ctx).await?;
+            self.serve_accepted(accepted, ctx).await
+        }
+    }
+
+    /// Acts on what an inbound accepted, to its end (a user's connection counted and cut
+    /// when the user is removed).
+    #[allow(clippy::manual_async_fn)]
+    pub fn serve_accepted<'a>(
+        self: &'a Arc<Self>,
+        accepted: Accepted,
+        ctx: &'a InboundCtx,
+    ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'a {
+        async move {
             let user = match &accepted {
                 Accepted::Stream(s, _) | Accepted::Packets(s, _) | Accepted::Mux(s, _) => {
                     s.user.as_ref().filter(|u| !u.email.is_empty()).cloned()

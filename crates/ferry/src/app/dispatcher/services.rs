@@ -42,6 +42,14 @@ impl crate::proxy::Services for Dispatcher {
         let nat = udp::UdpNat::new(self, reply, idle, ctx.traffic.clone(), ctx.sniffing.clone());
         Arc::new(udp::NatHandle(nat))
     }
+
+    fn serve_accepted(
+        self: Arc<Self>,
+        accepted: crate::proxy::Accepted,
+        ctx: InboundCtx,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>> + Send>> {
+        Box::pin(async move { Dispatcher::serve_accepted(&self, accepted, &ctx).await })
+    }
 }
 
 impl Dispatcher {

@@ -141,6 +141,47 @@ impl TlsSettings {
         Ok(c)
     }
 
+    /// The rustls server config for QUIC: TLS 1.3 only, ALPN as configured (`h3` when none
+    /// is), no session tickets (Xray's QUIC servers take no 0-RTT).
+    pub fn quic_server_config(&self) -> Result<ServerConfig, String> {
+        let serving: Vec<_> = self
+            .certificates
+            .iter()
+            .filter(|c| c.usage == Usage::Encipherment)
+            .cloned()
+            .collect();
+        if serving.is_empty() {
+            return Err("a TLS inbound needs a certificate (certificates[])".into());
+        }
+        let resolver = certs::Resolver::new(serving, self.reject_unknown_sni);
+        let mut c = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        c.alpn_protocols = match self.alpn.is_empty() {
+            true => vec![b"h3".to_vec()],
+            false => self.alpn_bytes(),
+        };
+        c.send_tls13_tickets = 0;
+        c.max_early_data_size = 0;
+        Ok(c)
+    }
+
+    /// The rustls client config for QUIC: TLS 1.3, ALPN `h3` (as quic-go's HTTP/3 client
+    /// sends whatever it is given), the server verified as over TCP.
+    pub fn quic_client_config(&self) -> Result<ClientConfig, String> {
+        let verifier = verify::Verifier::new(self)?;
+        let mut c = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        c.alpn_protocols = vec![b"h3".to_vec()];
+        Ok(c)
+    }
+
     /// The rustls client config.
     pub fn client_config(&self) -> Result<ClientConfig, String> {
         let b = ClientConfig::builder_with_provider(provider())
@@ -170,6 +211,8 @@ pub struct TlsLayer {
     server_chacha: Option<Arc<ServerConfig>>,
     client: Option<Arc<ClientConfig>>,
     server_name: Option<String>,
+    /// What it was built from (QUIC builds its own configs from it).
+    settings: Arc<TlsSettings>,
 }
 
 impl std::fmt::Debug for TlsLayer {
@@ -182,6 +225,11 @@ impl std::fmt::Debug for TlsLayer {
 }
 
 impl TlsLayer {
+    /// The settings it was built from.
+    pub fn settings(&self) -> &TlsSettings {
+        &self.settings
+    }
+
     /// A client's configured `serverName`.
     pub fn server_name(&self) -> Option<&str> {
         self.server_name.as_deref()
@@ -206,6 +254,7 @@ impl TlsLayer {
             },
             client: None,
             server_name: None,
+            settings: Arc::new(s.clone()),
         })
     }
 
@@ -216,6 +265,7 @@ impl TlsLayer {
             server_chacha: None,
             client: Some(Arc::new(s.client_config()?)),
             server_name: s.server_name.clone().filter(|n| !n.is_empty()),
+            settings: Arc::new(s.clone()),
         })
     }
 

@@ -1,0 +1,235 @@
+//! `hysteriaSettings` (the `hysteria` network) and `finalmask` (UDP masks, `quicParams`), as
+//! Xray v26.3.27 reads them, with the later spellings accepted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::config::reader::{ConfigError, Obj, Result};
+use crate::transport::quic::{
+    parse_bandwidth, Congestion, FinalMask, HysteriaSettings, Masquerade, QuicParams,
+};
+use crate::transport::udpmask::{Salamander, UdpMask, UdpMasks};
+
+/// `hysteriaSettings`.
+pub fn hysteria(o: Option<Obj<'_>>, outbound: bool) -> Result<HysteriaSettings> {
+    let mut h = HysteriaSettings::default();
+    let Some(o) = o else {
+        return Err(ConfigError::new(
+            "streamSettings.hysteriaSettings",
+            "is required for the hysteria network (version 2)",
+        ));
+    };
+    match o.i64("version")? {
+        Some(2) => {}
+        v => {
+            return Err(ConfigError::new(
+                o.key_path("version"),
+                format!("version != 2 ({})", v.map(|v| v.to_string()).unwrap_or("absent".into())),
+            ))
+        }
+    }
+    h.auth = o.str("auth")?.unwrap_or_default();
+    if let Some(t) = o.i64("udpIdleTimeout")? {
+        if !(2..=600).contains(&t) && t != 0 {
+            return Err(ConfigError::new(
+                o.key_path("udpIdleTimeout"),
+                format!("must be within 2-600 seconds, found {t}"),
+            ));
+        }
+        if t != 0 {
+            h.udp_idle = Duration::from_secs(t as u64);
+        }
+    }
+    if let Some(m) = o.obj("masquerade")? {
+        let masq = masquerade(&m)?;
+        if !outbound {
+            h.masquerade = masq;
+        }
+        m.finish();
+    }
+    for k in ["congestion", "up", "down", "udphop"] {
+        if o.has(k) {
+            o.diag().warn(
+                &o.key_path(k),
+                "ignored: moved to finalmask.quicParams (as Xray v26.3.23 onward)",
+            );
+        }
+    }
+    o.finish();
+    Ok(h)
+}
+
+fn masquerade(m: &Obj<'_>) -> Result<Masquerade> {
+    let ty = m.str("type")?.unwrap_or_default().to_ascii_lowercase();
+    match ty.as_str() {
+        "" | "404" => Ok(Masquerade::NotFound),
+        "string" => {
+            m.ignore(&["dir", "url", "rewriteHost", "insecure"]);
+            let status = m.u64("statusCode")?.unwrap_or(0);
+            let status = match status {
+                0 => 200,
+                100..=599 => status as u16,
+                _ => {
+                    return Err(ConfigError::new(
+                        m.key_path("statusCode"),
+                        format!("{status} is not an HTTP status"),
+                    ))
+                }
+            };
+            let headers = super::headers::headers(m)?
+                .into_iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                .collect();
+            let content = Bytes::from(m.str("content")?.unwrap_or_default().into_bytes());
+            Ok(Masquerade::Fixed {
+                status,
+                headers,
+                content,
+            })
+        }
+        "file" | "proxy" => Err(ConfigError::new(
+            m.key_path("type"),
+            format!("masquerade {ty:?} is not supported by Ferry yet (\"404\" and \"string\" are)"),
+        )),
+        _ => Err(ConfigError::new(
+            m.key_path("type"),
+            format!("unknown masq type {ty:?}"),
+        )),
+    }
+}
+
+/// `finalmask`. `quic`: the network runs on QUIC (`quicParams` applies).
+pub fn finalmask(o: Option<Obj<'_>>, quic: bool) -> Result<FinalMask> {
+    let mut f = FinalMask::default();
+    let Some(o) = o else {
+        return Ok(f);
+    };
+    let mut masks: Vec<Arc<dyn UdpMask>> = Vec::new();
+    for m in o.objs(&["udp"])? {
+        let ty = m.req_str("type")?.to_ascii_lowercase();
+        if !quic {
+            return Err(ConfigError::new(
+                m.key_path("type"),
+                format!("UDP mask {ty:?} on this network is not supported by Ferry yet (hysteria has UDP masks)"),
+            ));
+        }
+        match ty.as_str() {
+            "salamander" => {
+                let s = m.obj("settings")?;
+                let pw = match &s {
+                    Some(s) => s.str("password")?.unwrap_or_default(),
+                    None => String::new(),
+                };
+                if pw.len() < Salamander::MIN_PASSWORD {
+                    return Err(ConfigError::new(
+                        m.key_path("settings.password"),
+                        format!("a Salamander password needs at least {} bytes", Salamander::MIN_PASSWORD),
+                    ));
+                }
+                if let Some(s) = s {
+                    s.finish();
+                }
+                masks.push(Arc::new(Salamander::new(pw.as_bytes())));
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    m.key_path("type"),
+                    format!("UDP mask {ty:?} is not supported by Ferry yet (salamander is)"),
+                ))
+            }
+        }
+        m.finish();
+    }
+    f.udp = UdpMasks(masks);
+    if let Some((p, v)) = o.get("tcp") {
+        if v.as_array().is_some_and(|a| !a.is_empty()) {
+            return Err(ConfigError::new(p, "finalmask's TCP masks are not supported by Ferry yet"));
+        }
+    }
+    if let Some(q) = o.obj("quicParams")? {
+        if !quic {
+            return Err(ConfigError::new(q.path(), "applies to QUIC networks only (hysteria)"));
+        }
+        f.quic = quic_params(&q)?;
+        q.finish();
+    }
+    o.finish();
+    Ok(f)
+}
+
+fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
+    let mut p = QuicParams::default();
+    let cc = q.str("congestion")?.unwrap_or_default().to_ascii_lowercase();
+    p.congestion = match cc.as_str() {
+        "" | "brutal" => Congestion::Negotiated,
+        "force-brutal" => Congestion::ForceBrutal,
+        "bbr" => Congestion::Bbr,
+        "reno" => Congestion::Reno,
+        _ => {
+            return Err(ConfigError::new(
+                q.key_path("congestion"),
+                format!("unknown congestion {cc:?} (brutal, force-brutal, bbr, reno)"),
+            ))
+        }
+    };
+    let rate = |k: &str| -> Result<u64> {
+        let Some((path, v)) = q.get(k) else {
+            return Ok(0);
+        };
+        let s = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return Err(ConfigError::new(path, "expected a bandwidth such as \"100 mbps\"")),
+        };
+        if s.trim().is_empty() {
+            return Ok(0);
+        }
+        let bps = parse_bandwidth(&s)
+            .ok_or_else(|| ConfigError::new(&path, format!("{s:?} is not a bandwidth")))?;
+        if bps < 65536 {
+            return Err(ConfigError::new(path, format!("{s:?} is below 65536 bytes/s")));
+        }
+        Ok(bps)
+    };
+    p.brutal_up = rate("brutalUp")?;
+    p.brutal_down = rate("brutalDown")?;
+    if p.congestion == Congestion::ForceBrutal && p.brutal_up == 0 {
+        return Err(ConfigError::new(q.key_path("brutalUp"), "force-brutal needs brutalUp"));
+    }
+    let window = |k: &str| -> Result<Option<u64>> {
+        match q.u64(k)? {
+            Some(v) if v < 16384 => Err(ConfigError::new(q.key_path(k), format!("must be at least 16384, found {v}"))),
+            v => Ok(v),
+        }
+    };
+    let _ = window("initStreamReceiveWindow")?;
+    p.stream_window = window("maxStreamReceiveWindow")?;
+    let _ = window("initConnectionReceiveWindow")?;
+    p.conn_window = window("maxConnectionReceiveWindow")?;
+    let secs = |k: &str, lo: u64, hi: u64| -> Result<Option<Duration>> {
+        match q.u64(k)? {
+            None | Some(0) => Ok(None),
+            Some(v) if (lo..=hi).contains(&v) => Ok(Some(Duration::from_secs(v))),
+            Some(v) => Err(ConfigError::new(q.key_path(k), format!("must be within {lo}-{hi} seconds, found {v}"))),
+        }
+    };
+    p.max_idle = secs("maxIdleTimeout", 4, 120)?;
+    p.keep_alive = secs("keepAlivePeriod", 2, 60)?;
+    p.disable_mtu_discovery = q.bool("disablePathMTUDiscovery")?.unwrap_or(false);
+    if let Some(n) = q.u64("maxIncomingStreams")? {
+        if n != 0 && n < 8 {
+            return Err(ConfigError::new(q.key_path("maxIncomingStreams"), "must be at least 8"));
+        }
+        p.max_incoming_streams = Some(n).filter(|n| *n != 0);
+    }
+    if q.has("udpHop") {
+        return Err(ConfigError::new(
+            q.key_path("udpHop"),
+            "port hopping is not supported by Ferry yet",
+        ));
+    }
+    q.ignore(&["debug", "bbrProfile"]);
+    Ok(p)
+}

@@ -1,0 +1,276 @@
+//! A QUIC connection as the `h3` server sees it, with Hysteria's proxy streams taken out: the
+//! server reads the first varint of each bidirectional stream itself; a TCP request (0x401)
+//! on an authenticated connection is a proxy stream, anything else goes to HTTP/3 with the
+//! bytes already read put back in front. `h3`'s own types would skip a frame type they do not
+//! know by reading its length, which would eat the address.
+
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, WriteBuf};
+use quinn::VarInt;
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::sync::mpsc;
+
+/// A bidirectional stream handed to HTTP/3, with the bytes read from it before.
+pub struct Handed {
+    pub send: quinn::SendStream,
+    pub recv: quinn::RecvStream,
+    pub read: Bytes,
+}
+
+/// The connection `h3` serves: its streams of control and QPACK (unidirectional, quinn's as
+/// `h3-quinn` wraps them) and the request streams handed to it.
+pub struct H3Conn {
+    inner: h3_quinn::Connection,
+    handed: mpsc::Receiver<Handed>,
+}
+
+impl H3Conn {
+    pub fn new(conn: quinn::Connection, handed: mpsc::Receiver<Handed>) -> H3Conn {
+        H3Conn {
+            inner: h3_quinn::Connection::new(conn),
+            handed,
+        }
+    }
+}
+
+impl<B: Buf> quic::Connection<B> for H3Conn {
+    type RecvStream = h3_quinn::RecvStream;
+    type OpenStreams = Opener;
+
+    fn poll_accept_recv(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Self::RecvStream, ConnectionErrorIncoming>> {
+        <h3_quinn::Connection as quic::Connection<B>>::poll_accept_recv(&mut self.inner, cx)
+    }
+
+    fn poll_accept_bidi(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Self::BidiStream, ConnectionErrorIncoming>> {
+        match std::task::ready!(self.handed.poll_recv(cx)) {
+            Some(h) => Poll::Ready(Ok(Bidi {
+                send: Send::new(h.send),
+                recv: Recv::new(h.recv, h.read),
+            })),
+            None => Poll::Ready(Err(ConnectionErrorIncoming::ApplicationClose {
+                error_code: 0x100,
+            })),
+        }
+    }
+
+    fn opener(&self) -> Self::OpenStreams {
+        Opener(<h3_quinn::Connection as quic::Connection<B>>::opener(
+            &self.inner,
+        ))
+    }
+}
+
+impl<B: Buf> quic::OpenStreams<B> for H3Conn {
+    type BidiStream = Bidi<B>;
+    type SendStream = h3_quinn::SendStream<B>;
+
+    fn poll_open_bidi(
+        &mut self,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Result<Self::BidiStream, StreamErrorIncoming>> {
+        Poll::Ready(Err(no_server_bidi()))
+    }
+
+    fn poll_open_send(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Self::SendStream, StreamErrorIncoming>> {
+        <h3_quinn::Connection as quic::OpenStreams<B>>::poll_open_send(&mut self.inner, cx)
+    }
+
+    fn close(&mut self, code: h3::error::Code, reason: &[u8]) {
+        <h3_quinn::Connection as quic::OpenStreams<B>>::close(&mut self.inner, code, reason)
+    }
+}
+
+fn no_server_bidi() -> StreamErrorIncoming {
+    StreamErrorIncoming::Unknown("an HTTP/3 server opens no request streams".into())
+}
+
+/// `h3-quinn`'s opener, with this module's bidirectional streams (never opened by a server).
+pub struct Opener(h3_quinn::OpenStreams);
+
+impl<B: Buf> quic::OpenStreams<B> for Opener {
+    type BidiStream = Bidi<B>;
+    type SendStream = h3_quinn::SendStream<B>;
+
+    fn poll_open_bidi(
+        &mut self,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Result<Self::BidiStream, StreamErrorIncoming>> {
+        Poll::Ready(Err(no_server_bidi()))
+    }
+
+    fn poll_open_send(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Self::SendStream, StreamErrorIncoming>> {
+        <h3_quinn::OpenStreams as quic::OpenStreams<B>>::poll_open_send(&mut self.0, cx)
+    }
+
+    fn close(&mut self, code: h3::error::Code, reason: &[u8]) {
+        <h3_quinn::OpenStreams as quic::OpenStreams<B>>::close(&mut self.0, code, reason)
+    }
+}
+
+/// A request stream: quinn's two halves, the bytes read first replayed.
+pub struct Bidi<B: Buf> {
+    send: Send<B>,
+    recv: Recv,
+}
+
+pub struct Send<B: Buf> {
+    s: quinn::SendStream,
+    writing: Option<WriteBuf<B>>,
+}
+
+impl<B: Buf> Send<B> {
+    fn new(s: quinn::SendStream) -> Self {
+        Send { s, writing: None }
+    }
+}
+
+pub struct Recv {
+    s: quinn::RecvStream,
+    read: Option<Bytes>,
+}
+
+impl Recv {
+    fn new(s: quinn::RecvStream, read: Bytes) -> Self {
+        Recv {
+            s,
+            read: Some(read).filter(|b| !b.is_empty()),
+        }
+    }
+}
+
+fn stream_id(id: quinn::StreamId) -> StreamId {
+    let n: u64 = id.into();
+    // quinn's ids are QUIC stream ids, which h3 takes (below 2^62).
+    StreamId::try_from(n).unwrap_or_else(|_| StreamId::try_from(0).expect("stream 0"))
+}
+
+fn io_err(e: impl Into<std::io::Error>) -> StreamErrorIncoming {
+    StreamErrorIncoming::Unknown(Box::new(e.into()))
+}
+
+impl<B: Buf> quic::SendStream<B> for Send<B> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        if let Some(w) = &mut self.writing {
+            while w.has_remaining() {
+                let n = std::task::ready!(
+                    std::pin::Pin::new(&mut self.s).poll_write(cx, w.chunk())
+                )
+                .map_err(io_err)?;
+                w.advance(n);
+            }
+        }
+        self.writing = None;
+        Poll::Ready(Ok(()))
+    }
+
+    fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
+        if self.writing.is_some() {
+            return Err(StreamErrorIncoming::Unknown(
+                "send_data before the last write went".into(),
+            ));
+        }
+        self.writing = Some(data.into());
+        Ok(())
+    }
+
+    fn poll_finish(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        Poll::Ready(
+            self.s
+                .finish()
+                .map_err(|e| StreamErrorIncoming::Unknown(Box::new(e))),
+        )
+    }
+
+    fn reset(&mut self, code: u64) {
+        let _ = self.s.reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+    }
+
+    fn send_id(&self) -> StreamId {
+        stream_id(self.s.id())
+    }
+}
+
+impl quic::RecvStream for Recv {
+    type Buf = Bytes;
+
+    fn poll_data(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+        if let Some(b) = self.read.take() {
+            return Poll::Ready(Ok(Some(b)));
+        }
+        let mut buf = [0u8; 4096];
+        let mut rb = ReadBuf::new(&mut buf);
+        std::task::ready!(std::pin::Pin::new(&mut self.s).poll_read(cx, &mut rb))
+            .map_err(io_err)?;
+        Poll::Ready(Ok(match rb.filled() {
+            [] => None,
+            b => Some(Bytes::copy_from_slice(b)),
+        }))
+    }
+
+    fn stop_sending(&mut self, code: u64) {
+        let _ = self.s.stop(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+    }
+
+    fn recv_id(&self) -> StreamId {
+        stream_id(self.s.id())
+    }
+}
+
+impl<B: Buf> quic::SendStream<B> for Bidi<B> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        self.send.poll_ready(cx)
+    }
+    fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
+        self.send.send_data(data)
+    }
+    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        self.send.poll_finish(cx)
+    }
+    fn reset(&mut self, code: u64) {
+        quic::SendStream::<B>::reset(&mut self.send, code)
+    }
+    fn send_id(&self) -> StreamId {
+        quic::SendStream::<B>::send_id(&self.send)
+    }
+}
+
+impl<B: Buf> quic::RecvStream for Bidi<B> {
+    type Buf = Bytes;
+    fn poll_data(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+        self.recv.poll_data(cx)
+    }
+    fn stop_sending(&mut self, code: u64) {
+        self.recv.stop_sending(code)
+    }
+    fn recv_id(&self) -> StreamId {
+        self.recv.recv_id()
+    }
+}
+
+impl<B: Buf> quic::BidiStream<B> for Bidi<B> {
+    type SendStream = Send<B>;
+    type RecvStream = Recv;
+    fn split(self) -> (Send<B>, Recv) {
+        (self.send, self.recv)
+    }
+}
