@@ -52,6 +52,7 @@ LAYERS = {
         ("config::reality", 2),
         ("config::xhttp", 2),
         ("config::headers", 2),
+        ("config::quic", 2),
         # relay
         ("relay", 3),
         # proxy protocols

@@ -26,7 +26,10 @@ pub fn hysteria(o: Option<Obj<'_>>, outbound: bool) -> Result<HysteriaSettings> 
         v => {
             return Err(ConfigError::new(
                 o.key_path("version"),
-                format!("version != 2 ({})", v.map(|v| v.to_string()).unwrap_or("absent".into())),
+                format!(
+                    "version != 2 ({})",
+                    v.map(|v| v.to_string()).unwrap_or("absent".into())
+                ),
             ))
         }
     }
@@ -125,7 +128,10 @@ pub fn finalmask(o: Option<Obj<'_>>, quic: bool) -> Result<FinalMask> {
                 if pw.len() < Salamander::MIN_PASSWORD {
                     return Err(ConfigError::new(
                         m.key_path("settings.password"),
-                        format!("a Salamander password needs at least {} bytes", Salamander::MIN_PASSWORD),
+                        format!(
+                            "a Salamander password needs at least {} bytes",
+                            Salamander::MIN_PASSWORD
+                        ),
                     ));
                 }
                 if let Some(s) = s {
@@ -145,12 +151,18 @@ pub fn finalmask(o: Option<Obj<'_>>, quic: bool) -> Result<FinalMask> {
     f.udp = UdpMasks(masks);
     if let Some((p, v)) = o.get("tcp") {
         if v.as_array().is_some_and(|a| !a.is_empty()) {
-            return Err(ConfigError::new(p, "finalmask's TCP masks are not supported by Ferry yet"));
+            return Err(ConfigError::new(
+                p,
+                "finalmask's TCP masks are not supported by Ferry yet",
+            ));
         }
     }
     if let Some(q) = o.obj("quicParams")? {
         if !quic {
-            return Err(ConfigError::new(q.path(), "applies to QUIC networks only (hysteria)"));
+            return Err(ConfigError::new(
+                q.path(),
+                "applies to QUIC networks only (hysteria)",
+            ));
         }
         f.quic = quic_params(&q)?;
         q.finish();
@@ -161,7 +173,10 @@ pub fn finalmask(o: Option<Obj<'_>>, quic: bool) -> Result<FinalMask> {
 
 fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
     let mut p = QuicParams::default();
-    let cc = q.str("congestion")?.unwrap_or_default().to_ascii_lowercase();
+    let cc = q
+        .str("congestion")?
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     p.congestion = match cc.as_str() {
         "" | "brutal" => Congestion::Negotiated,
         "force-brutal" => Congestion::ForceBrutal,
@@ -181,7 +196,12 @@ fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
         let s = match v {
             serde_json::Value::String(s) => s.clone(),
             serde_json::Value::Number(n) => n.to_string(),
-            _ => return Err(ConfigError::new(path, "expected a bandwidth such as \"100 mbps\"")),
+            _ => {
+                return Err(ConfigError::new(
+                    path,
+                    "expected a bandwidth such as \"100 mbps\"",
+                ))
+            }
         };
         if s.trim().is_empty() {
             return Ok(0);
@@ -189,18 +209,27 @@ fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
         let bps = parse_bandwidth(&s)
             .ok_or_else(|| ConfigError::new(&path, format!("{s:?} is not a bandwidth")))?;
         if bps < 65536 {
-            return Err(ConfigError::new(path, format!("{s:?} is below 65536 bytes/s")));
+            return Err(ConfigError::new(
+                path,
+                format!("{s:?} is below 65536 bytes/s"),
+            ));
         }
         Ok(bps)
     };
     p.brutal_up = rate("brutalUp")?;
     p.brutal_down = rate("brutalDown")?;
     if p.congestion == Congestion::ForceBrutal && p.brutal_up == 0 {
-        return Err(ConfigError::new(q.key_path("brutalUp"), "force-brutal needs brutalUp"));
+        return Err(ConfigError::new(
+            q.key_path("brutalUp"),
+            "force-brutal needs brutalUp",
+        ));
     }
     let window = |k: &str| -> Result<Option<u64>> {
         match q.u64(k)? {
-            Some(v) if v < 16384 => Err(ConfigError::new(q.key_path(k), format!("must be at least 16384, found {v}"))),
+            Some(v) if v < 16384 => Err(ConfigError::new(
+                q.key_path(k),
+                format!("must be at least 16384, found {v}"),
+            )),
             v => Ok(v),
         }
     };
@@ -212,7 +241,10 @@ fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
         match q.u64(k)? {
             None | Some(0) => Ok(None),
             Some(v) if (lo..=hi).contains(&v) => Ok(Some(Duration::from_secs(v))),
-            Some(v) => Err(ConfigError::new(q.key_path(k), format!("must be within {lo}-{hi} seconds, found {v}"))),
+            Some(v) => Err(ConfigError::new(
+                q.key_path(k),
+                format!("must be within {lo}-{hi} seconds, found {v}"),
+            )),
         }
     };
     p.max_idle = secs("maxIdleTimeout", 4, 120)?;
@@ -220,7 +252,10 @@ fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
     p.disable_mtu_discovery = q.bool("disablePathMTUDiscovery")?.unwrap_or(false);
     if let Some(n) = q.u64("maxIncomingStreams")? {
         if n != 0 && n < 8 {
-            return Err(ConfigError::new(q.key_path("maxIncomingStreams"), "must be at least 8"));
+            return Err(ConfigError::new(
+                q.key_path("maxIncomingStreams"),
+                "must be at least 8",
+            ));
         }
         p.max_incoming_streams = Some(n).filter(|n| *n != 0);
     }

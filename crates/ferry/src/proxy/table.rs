@@ -4,8 +4,8 @@
 
 use super::protocol::Protocol;
 use super::{
-    blackhole, dns, dokodemo, freedom, http, hysteria, shadowsocks, shadowsocksr, socks, trojan, vless,
-    vmess, InboundBuilder, OutboundBuilder,
+    blackhole, dns, dokodemo, freedom, http, hysteria, shadowsocks, shadowsocksr, socks, trojan,
+    vless, vmess, InboundBuilder, OutboundBuilder,
 };
 
 /// Every protocol, inbound and outbound.

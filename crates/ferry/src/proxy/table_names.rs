@@ -13,6 +13,11 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("app/api/decode/stream.rs", "http", "a raw TCP header type"),
     ("config/stream.rs", "http", "a raw TCP header type"),
     (
+        "config/stream.rs",
+        "hysteria",
+        "the hysteria network (Xray's transport of the same name)",
+    ),
+    (
         "proxy/vless/link.rs",
         "http",
         "a share link's raw TCP header type",

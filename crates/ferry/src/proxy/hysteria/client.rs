@@ -103,7 +103,9 @@ impl Client {
         let endpoint = quic::client(addr, &s.masks)?;
         let rate = Rate::new(0);
         let mut cfg = quinn::ClientConfig::new(s.tls.clone());
-        cfg.transport_config(Arc::new(s.params.transport(&Defaults::HYSTERIA, rate.clone())));
+        cfg.transport_config(Arc::new(
+            s.params.transport(&Defaults::HYSTERIA, rate.clone()),
+        ));
         let quic = endpoint
             .connect_with(cfg, addr, &s.sni)
             .map_err(io::Error::other)?
@@ -115,8 +117,9 @@ impl Client {
         tokio::spawn(async move {
             let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
         });
-        let padding = String::from_utf8(codec::padding(codec::AUTH_PADDING.0, codec::AUTH_PADDING.1))
-            .unwrap_or_default();
+        let padding =
+            String::from_utf8(codec::padding(codec::AUTH_PADDING.0, codec::AUTH_PADDING.1))
+                .unwrap_or_default();
         let req = http::Request::post("https://hysteria/auth")
             .header("hysteria-auth", s.auth.as_str())
             .header("hysteria-cc-rx", s.params.brutal_down.to_string())
@@ -221,7 +224,12 @@ impl tokio::io::AsyncRead for ClientStream {
                     me.rest = Bytes::copy_from_slice(&me.head[used..]);
                     me.head = Vec::new();
                 }
-                Err(e) => return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))),
+                Err(e) => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        e.to_string(),
+                    )))
+                }
             }
         }
         if !me.rest.is_empty() {

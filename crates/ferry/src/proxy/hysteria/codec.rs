@@ -377,7 +377,10 @@ mod tests {
             b':', b'4', b'4', b'3', 0x00,
         ];
         let (d, n) = read_tcp_request(&b).unwrap().unwrap();
-        assert_eq!(d, Destination::new(Address::Domain("example.com".into()), 443));
+        assert_eq!(
+            d,
+            Destination::new(Address::Domain("example.com".into()), 443)
+        );
         assert_eq!(n, b.len());
         for cut in 0..b.len() {
             assert_eq!(read_tcp_request(&b[..cut]), Ok(None), "{cut}");
@@ -411,7 +414,10 @@ mod tests {
         b.put_slice(b"query");
         let m = UdpMessage::decode(&b.freeze()).unwrap();
         assert_eq!((m.session, m.packet, m.frag, m.frags), (1, 0, 0, 1));
-        assert_eq!((m.addr.as_str(), &m.data[..]), ("1.1.1.1:53", &b"query"[..]));
+        assert_eq!(
+            (m.addr.as_str(), &m.data[..]),
+            ("1.1.1.1:53", &b"query"[..])
+        );
         // Empty payload, fragment number out of range, no fragments: refused.
         let mut e = BytesMut::new();
         e.put_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 10]);
@@ -474,7 +480,9 @@ mod tests {
     fn hostile_bytes_never_panic() {
         fuzz_one(&[]);
         fuzz_one(&[0xff; 40]);
-        fuzz_one(&[0, 0, 0, 1, 0, 9, 200, 255, 0xc0, 0, 0, 0, 0, 0, 0, 9, 1, 2, 3]);
+        fuzz_one(&[
+            0, 0, 0, 1, 0, 9, 200, 255, 0xc0, 0, 0, 0, 0, 0, 0, 9, 1, 2, 3,
+        ]);
         for seed in 0..200u32 {
             let data: Vec<u8> = (0..(seed % 97))
                 .map(|i| (i.wrapping_mul(2654435761u32.wrapping_add(seed)) >> 13) as u8)

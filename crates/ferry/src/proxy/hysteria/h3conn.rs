@@ -51,10 +51,16 @@ impl<B: Buf> quic::Connection<B> for H3Conn {
         cx: &mut Context<'_>,
     ) -> Poll<Result<Self::BidiStream, ConnectionErrorIncoming>> {
         match std::task::ready!(self.handed.poll_recv(cx)) {
-            Some(h) => Poll::Ready(Ok(Bidi {
-                send: Send::new(h.send),
-                recv: Recv::new(h.recv, h.read),
-            })),
+            Some(h) => {
+                // quinn's ids are QUIC stream ids (varints), which h3 takes as they are.
+                let n: u64 = h.send.id().into();
+                let id = StreamId::try_from(n)
+                    .map_err(|e| ConnectionErrorIncoming::InternalError(e.to_string()))?;
+                Poll::Ready(Ok(Bidi {
+                    send: Send::new(h.send, id),
+                    recv: Recv::new(h.recv, h.read, id),
+                }))
+            }
             None => Poll::Ready(Err(ConnectionErrorIncoming::ApplicationClose {
                 error_code: 0x100,
             })),
@@ -129,33 +135,34 @@ pub struct Bidi<B: Buf> {
 
 pub struct Send<B: Buf> {
     s: quinn::SendStream,
+    id: StreamId,
     writing: Option<WriteBuf<B>>,
 }
 
 impl<B: Buf> Send<B> {
-    fn new(s: quinn::SendStream) -> Self {
-        Send { s, writing: None }
+    fn new(s: quinn::SendStream, id: StreamId) -> Self {
+        Send {
+            s,
+            id,
+            writing: None,
+        }
     }
 }
 
 pub struct Recv {
     s: quinn::RecvStream,
+    id: StreamId,
     read: Option<Bytes>,
 }
 
 impl Recv {
-    fn new(s: quinn::RecvStream, read: Bytes) -> Self {
+    fn new(s: quinn::RecvStream, read: Bytes, id: StreamId) -> Self {
         Recv {
             s,
+            id,
             read: Some(read).filter(|b| !b.is_empty()),
         }
     }
-}
-
-fn stream_id(id: quinn::StreamId) -> StreamId {
-    let n: u64 = id.into();
-    // quinn's ids are QUIC stream ids, which h3 takes (below 2^62).
-    StreamId::try_from(n).unwrap_or_else(|_| StreamId::try_from(0).expect("stream 0"))
 }
 
 fn io_err(e: impl Into<std::io::Error>) -> StreamErrorIncoming {
@@ -166,10 +173,9 @@ impl<B: Buf> quic::SendStream<B> for Send<B> {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
         if let Some(w) = &mut self.writing {
             while w.has_remaining() {
-                let n = std::task::ready!(
-                    std::pin::Pin::new(&mut self.s).poll_write(cx, w.chunk())
-                )
-                .map_err(io_err)?;
+                let n =
+                    std::task::ready!(std::pin::Pin::new(&mut self.s).poll_write(cx, w.chunk()))
+                        .map_err(io_err)?;
                 w.advance(n);
             }
         }
@@ -200,7 +206,7 @@ impl<B: Buf> quic::SendStream<B> for Send<B> {
     }
 
     fn send_id(&self) -> StreamId {
-        stream_id(self.s.id())
+        self.id
     }
 }
 
@@ -229,7 +235,7 @@ impl quic::RecvStream for Recv {
     }
 
     fn recv_id(&self) -> StreamId {
-        stream_id(self.s.id())
+        self.id
     }
 }
 

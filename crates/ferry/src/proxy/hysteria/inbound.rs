@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::net::UdpSocket;
 
-use super::server::{self, ServerSide};
+use super::server::{self, ServerSide, Shared};
 use super::{parse_client, Account};
 use crate::common::Network;
 use crate::config::reader::{Obj, Result};
@@ -16,19 +16,18 @@ use crate::registry::{CounterSource, Users};
 use crate::transport::BoxStream;
 
 pub struct Inbound {
-    pub(super) users: Users<Account>,
+    shared: Arc<Shared>,
     counters: CounterSource,
-    pub(super) side: ServerSide,
-    me: std::sync::Weak<Inbound>,
 }
 
 impl Inbound {
     pub fn new(accounts: Vec<Account>, counters: CounterSource, side: ServerSide) -> Arc<Self> {
-        Arc::new_cyclic(|me| Inbound {
-            users: Users::new(accounts),
+        Arc::new(Inbound {
+            shared: Arc::new(Shared {
+                users: Users::new(accounts),
+                side,
+            }),
             counters,
-            side,
-            me: me.clone(),
         })
     }
 }
@@ -36,7 +35,9 @@ impl Inbound {
 #[async_trait]
 impl InboundHandler for Inbound {
     async fn accept(&self, _stream: BoxStream, _ctx: &InboundCtx) -> io::Result<Accepted> {
-        Err(io::Error::other("a Hysteria inbound takes QUIC, not TCP connections"))
+        Err(io::Error::other(
+            "a Hysteria inbound takes QUIC, not TCP connections",
+        ))
     }
 
     fn networks(&self) -> &[Network] {
@@ -44,14 +45,10 @@ impl InboundHandler for Inbound {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
-        let me = self
-            .me
-            .upgrade()
-            .ok_or_else(|| io::Error::other("the inbound is gone"))?;
         let socket = Arc::try_unwrap(socket)
             .map_err(|_| io::Error::other("the UDP socket is shared"))?
             .into_std()?;
-        server::serve(me, socket, ctx).await
+        server::serve(self.shared.clone(), socket, ctx).await
     }
 
     fn users(&self) -> Option<&dyn UserManager> {
@@ -64,7 +61,7 @@ impl UserTable for Inbound {
     const SECRET: &'static str = "auth";
 
     fn user_table(&self) -> &Users<Account> {
-        &self.users
+        &self.shared.users
     }
 
     fn read_user(&self, c: &Obj<'_>) -> Result<Account> {

@@ -12,13 +12,18 @@ use tokio::sync::mpsc;
 
 use super::codec;
 use super::h3conn::{H3Conn, Handed};
-use super::inbound::Inbound;
 use super::udp::{self, Sessions};
 use super::Account;
 use crate::common::{ct, Network};
 use crate::proxy::{Accepted, InboundCtx};
 use crate::session::ConnInfo;
 use crate::transport::quic::{self, Congestion, Defaults, Masquerade, QuicStream, Rate};
+
+/// What the server of one inbound works from: its users and its settings.
+pub struct Shared {
+    pub users: crate::registry::Users<Account>,
+    pub side: ServerSide,
+}
 
 /// What the server needs besides its users.
 pub struct ServerSide {
@@ -39,14 +44,20 @@ impl Drop for CloseOnDrop {
 }
 
 /// Serves `socket` until the inbound stops.
-pub async fn serve(inbound: Arc<Inbound>, socket: std::net::UdpSocket, ctx: InboundCtx) -> io::Result<()> {
+pub async fn serve(
+    inbound: Arc<Shared>,
+    socket: std::net::UdpSocket,
+    ctx: InboundCtx,
+) -> io::Result<()> {
     let side = &inbound.side;
     let endpoint = quic::server(socket, &side.masks, side.tls.clone())?;
     let _close = CloseOnDrop(endpoint.clone());
     while let Some(incoming) = endpoint.accept().await {
         let rate = Rate::new(0);
         let mut sc = quinn::ServerConfig::with_crypto(side.tls.clone());
-        sc.transport_config(Arc::new(side.params.transport(&Defaults::HYSTERIA, rate.clone())));
+        sc.transport_config(Arc::new(
+            side.params.transport(&Defaults::HYSTERIA, rate.clone()),
+        ));
         let mut ctx = ctx.clone();
         ctx.info = ConnInfo::new(incoming.remote_address().into(), ctx.info.local.clone());
         let inbound = inbound.clone();
@@ -71,14 +82,19 @@ pub async fn serve(inbound: Arc<Inbound>, socket: std::net::UdpSocket, ctx: Inbo
 
 /// What one connection's tasks share.
 struct Conn {
-    inbound: Arc<Inbound>,
+    inbound: Arc<Shared>,
     quic: quinn::Connection,
     rate: Arc<Rate>,
     ctx: InboundCtx,
     user: OnceLock<Account>,
 }
 
-async fn serve_conn(inbound: Arc<Inbound>, quic: quinn::Connection, rate: Arc<Rate>, ctx: InboundCtx) {
+async fn serve_conn(
+    inbound: Arc<Shared>,
+    quic: quinn::Connection,
+    rate: Arc<Rate>,
+    ctx: InboundCtx,
+) {
     let c = Arc::new(Conn {
         inbound,
         quic: quic.clone(),
@@ -95,7 +111,11 @@ async fn serve_conn(inbound: Arc<Inbound>, quic: quinn::Connection, rate: Arc<Ra
         Ok(h) => h,
         Err(e) => {
             streams.abort();
-            return tracing::debug!("[{}] hysteria: HTTP/3 from {}: {e}", c.ctx.tag, c.ctx.info.source);
+            return tracing::debug!(
+                "[{}] hysteria: HTTP/3 from {}: {e}",
+                c.ctx.tag,
+                c.ctx.info.source
+            );
         }
     };
     loop {
@@ -115,7 +135,11 @@ async fn serve_conn(inbound: Arc<Inbound>, quic: quinn::Connection, rate: Arc<Ra
             }
             Ok(None) => break,
             Err(e) => {
-                tracing::debug!("[{}] hysteria: connection from {} ended: {e}", c.ctx.tag, c.ctx.info.source);
+                tracing::debug!(
+                    "[{}] hysteria: connection from {} ended: {e}",
+                    c.ctx.tag,
+                    c.ctx.info.source
+                );
                 break;
             }
         }
@@ -130,7 +154,10 @@ type Stream = h3::server::RequestStream<super::h3conn::Bidi<Bytes>, Bytes>;
 async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io::Result<()> {
     let h3e = |e: h3::error::StreamError| io::Error::other(e.to_string());
     let is_auth = req.method() == http::Method::POST
-        && req.uri().authority().is_some_and(|a| a.as_str() == "hysteria")
+        && req
+            .uri()
+            .authority()
+            .is_some_and(|a| a.as_str() == "hysteria")
         && req.uri().path() == "/auth";
     if is_auth {
         let header = |n: &str| {
@@ -159,7 +186,10 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
             let resp = http::Response::builder()
                 .status(233)
                 .header("hysteria-udp", "true")
-                .header("hysteria-cc-rx", c.inbound.side.params.brutal_down.to_string())
+                .header(
+                    "hysteria-cc-rx",
+                    c.inbound.side.params.brutal_down.to_string(),
+                )
                 .header("hysteria-padding", padding_header())
                 .body(())
                 .map_err(io::Error::other)?;
@@ -172,14 +202,19 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
         Masquerade::NotFound => (
             404,
             vec![
-                ("content-type".to_string(), "text/plain; charset=utf-8".to_string()),
+                (
+                    "content-type".to_string(),
+                    "text/plain; charset=utf-8".to_string(),
+                ),
                 ("x-content-type-options".to_string(), "nosniff".to_string()),
             ],
             Bytes::from_static(b"404 page not found\n"),
         ),
-        Masquerade::Fixed { status, headers, content } => {
-            (*status, headers.clone(), content.clone())
-        }
+        Masquerade::Fixed {
+            status,
+            headers,
+            content,
+        } => (*status, headers.clone(), content.clone()),
     };
     let mut resp = http::Response::builder().status(status);
     for (k, v) in &headers {
@@ -257,7 +292,9 @@ async fn accept_streams(c: Arc<Conn>, to_h3: mpsc::Sender<Handed>) {
             let limit = c.ctx.services.handshake_timeout();
             match tokio::time::timeout(limit, sort_stream(&c, send, recv, to_h3)).await {
                 Ok(Err(e)) => tracing::debug!("[{}] hysteria: stream: {e}", c.ctx.tag),
-                Err(_) => tracing::debug!("[{}] hysteria: stream sent no request in time", c.ctx.tag),
+                Err(_) => {
+                    tracing::debug!("[{}] hysteria: stream sent no request in time", c.ctx.tag)
+                }
                 Ok(Ok(None)) => {}
                 Ok(Ok(Some(a))) => {
                     let services = c.ctx.services.clone();
@@ -279,15 +316,25 @@ async fn sort_stream(
 ) -> io::Result<Option<Accepted>> {
     let mut buf = BytesMut::with_capacity(64);
     let mut first = [0u8; 1];
-    recv.read_exact(&mut first).await.map_err(io::Error::other)?;
+    recv.read_exact(&mut first)
+        .await
+        .map_err(io::Error::other)?;
     buf.extend_from_slice(&first);
     let len = 1usize << (first[0] >> 6);
     let mut rest = [0u8; 7];
-    recv.read_exact(&mut rest[..len - 1]).await.map_err(io::Error::other)?;
+    recv.read_exact(&mut rest[..len - 1])
+        .await
+        .map_err(io::Error::other)?;
     buf.extend_from_slice(&rest[..len - 1]);
     let ty = codec::varint(&buf).map(|(v, _)| v);
     let Some(account) = c.user.get().filter(|_| ty == Some(codec::TCP_REQUEST)) else {
-        let _ = to_h3.send(Handed { send, recv, read: buf.freeze() }).await;
+        let _ = to_h3
+            .send(Handed {
+                send,
+                recv,
+                read: buf.freeze(),
+            })
+            .await;
         return Ok(None);
     };
     // The request: its address and padding.
@@ -314,7 +361,10 @@ async fn sort_stream(
         .map_err(io::Error::other)?;
     let mut session = c.ctx.session(dest, Network::Tcp, super::PROTOCOL.name());
     session.user = Some(account.user.clone());
-    Ok(Some(Accepted::Stream(session, Box::new(QuicStream::new(send, recv, ahead)))))
+    Ok(Some(Accepted::Stream(
+        session,
+        Box::new(QuicStream::new(send, recv, ahead)),
+    )))
 }
 
 #[cfg(test)]

@@ -97,7 +97,9 @@ impl Sessions {
         for d in codec::udp_datagrams(id, addr, data, max) {
             match self.conn.send_datagram(d) {
                 Ok(()) => {}
-                Err(quinn::SendDatagramError::ConnectionLost(e)) => return Err(io::Error::other(e)),
+                Err(quinn::SendDatagramError::ConnectionLost(e)) => {
+                    return Err(io::Error::other(e))
+                }
                 Err(e) => {
                     tracing::debug!("hysteria: UDP packet dropped: {e}");
                     return Ok(());

@@ -93,10 +93,23 @@ impl Controller for Switch {
         self.check(now);
         self.inner.on_sent(now, bytes, last_packet_number)
     }
-    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, rtt: &RttEstimator) {
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        rtt: &RttEstimator,
+    ) {
         self.inner.on_ack(now, sent, bytes, app_limited, rtt)
     }
-    fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool, largest: Option<u64>) {
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        in_flight: u64,
+        app_limited: bool,
+        largest: Option<u64>,
+    ) {
         self.inner.on_end_acks(now, in_flight, app_limited, largest);
         self.check(now);
     }
@@ -207,7 +220,14 @@ impl Brutal {
 }
 
 impl Controller for Brutal {
-    fn on_ack(&mut self, now: Instant, _sent: Instant, _bytes: u64, _app: bool, rtt: &RttEstimator) {
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        _sent: Instant,
+        _bytes: u64,
+        _app: bool,
+        rtt: &RttEstimator,
+    ) {
         self.slot(now).acks += 1;
         let rtt = rtt.get().as_secs_f64();
         let w = self.rate as f64 * rtt * WINDOW_GAIN / self.ack_rate;

@@ -90,9 +90,9 @@ impl QuicParams {
         let idle = self.max_idle.unwrap_or(d.max_idle);
         t.max_idle_timeout(idle.try_into().ok());
         t.keep_alive_interval(self.keep_alive.or(d.keep_alive));
-        t.max_concurrent_bidi_streams(var(
-            self.max_incoming_streams.unwrap_or(d.max_incoming_streams),
-        ));
+        t.max_concurrent_bidi_streams(var(self
+            .max_incoming_streams
+            .unwrap_or(d.max_incoming_streams)));
         t.max_concurrent_uni_streams(var(16));
         t.datagram_receive_buffer_size(Some(DATAGRAM_BUFFER));
         t.datagram_send_buffer_size(DATAGRAM_BUFFER);
@@ -132,8 +132,8 @@ pub fn server(
 /// A client endpoint on a fresh socket of `family` (the server's address family), masked.
 pub fn client(server: SocketAddr, masks: &UdpMasks) -> io::Result<Endpoint> {
     let bind: SocketAddr = match server {
-        SocketAddr::V4(_) => "0.0.0.0:0".parse().expect("address"),
-        SocketAddr::V6(_) => "[::]:0".parse().expect("address"),
+        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
     };
     let socket = socket::wrap(std::net::UdpSocket::bind(bind)?, masks)?;
     Endpoint::new_with_abstract_socket(

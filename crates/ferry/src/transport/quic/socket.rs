@@ -37,7 +37,9 @@ struct Masked {
 
 impl fmt::Debug for Masked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Masked").field("masks", &self.masks).finish()
+        f.debug_struct("Masked")
+            .field("masks", &self.masks)
+            .finish()
     }
 }
 
@@ -179,7 +181,8 @@ mod tests {
         // A single datagram, and one too short to be masked.
         masks.encode(b"one", &mut wire);
         let mut b = wire.clone();
-        let m = open(&masks, &mut b, meta(b.len(), b.len())).unwrap();
+        let n = b.len();
+        let m = open(&masks, &mut b, meta(n, n)).unwrap();
         assert_eq!(&b[..m.len], b"one");
         assert!(open(&masks, &mut [0u8; 8], meta(8, 8)).is_none());
     }
