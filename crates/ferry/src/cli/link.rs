@@ -8,10 +8,10 @@ use ferry::config;
 
 use super::source::read_source;
 
-/// `ferry link`: a `ss://`, `ssr://`, `vmess://`, `vless://` or `trojan://` link becomes an
-/// outbound JSON object; with `-c`, prints `ss://` / `ssr://` / `vmess://` / `vless://` /
-/// `trojan://` links for the users of the config's shadowsocks, shadowsocksr, VMess, VLESS and
-/// Trojan inbounds (REALITY or TLS included) and `vmess://` links for its VMess outbounds; with
+/// `ferry link`: a `ss://`, `ssr://`, `vmess://`, `vless://`, `trojan://` or `hysteria2://` link
+/// becomes an outbound JSON object; with `-c`, prints `ss://` / `ssr://` / `vmess://` /
+/// `vless://` / `trojan://` / `hysteria2://` links for the users of the config's shadowsocks,
+/// shadowsocksr, VMess, VLESS, Trojan and Hysteria inbounds (REALITY or TLS included) and `vmess://` links for its VMess outbounds; with
 /// `--subscription`, all of them as one base64 subscription.
 pub(crate) fn link_cmd(
     link: Option<String>,
@@ -27,7 +27,7 @@ pub(crate) fn link_cmd(
     }
     if config.is_empty() {
         return Err(anyhow!(
-            "give an ss://, ssr://, vmess://, vless:// or trojan:// link, or -c CONFIG to print links"
+            "give an ss://, ssr://, vmess://, vless://, trojan:// or hysteria2:// link, or -c CONFIG to print links"
         ));
     }
     let mut docs = Vec::new();

@@ -248,3 +248,17 @@ pub struct HttpServerConfig {
     #[prost(uint32, tag = "4")]
     pub user_level: u32,
 }
+
+/// `xray.proxy.hysteria.account.Account`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HysteriaAccount {
+    #[prost(string, tag = "1")]
+    pub auth: String,
+}
+
+/// `xray.proxy.hysteria.ServerConfig`: users alone.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct UsersServerConfig {
+    #[prost(message, repeated, tag = "1")]
+    pub users: Vec<super::User>,
+}

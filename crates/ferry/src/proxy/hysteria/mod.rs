@@ -4,10 +4,12 @@
 //! `outbound` the client, `udp` the datagram sessions both ends share, `h3conn` the QUIC
 //! connection as the HTTP/3 server sees it.
 
+pub mod api;
 pub mod client;
 pub mod codec;
 mod h3conn;
 pub mod inbound;
+pub mod link;
 pub mod outbound;
 mod server;
 pub mod udp;
@@ -26,6 +28,8 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
     guarded: true,
+    api: api::API,
+    links: link::LINKS,
     ..crate::proxy::protocol::Protocol::named(module_path!(), &["hysteria"])
 };
 

@@ -21,19 +21,14 @@ pub use outbound::outbound_to_json;
 
 /// Protocol configs Xray has and Ferry does not (an honest error, not "not found").
 pub(super) const KNOWN_PROXIES: &[&str] = &[
-    "xray.proxy.hysteria.ServerConfig",
     "xray.proxy.wireguard.DeviceConfig",
     "xray.proxy.dns.Config",
     "xray.proxy.loopback.Config",
     "xray.proxy.shadowsocks_2022.RelayServerConfig",
-    "xray.proxy.hysteria.ClientConfig",
 ];
 
 /// Account types Xray has and Ferry does not.
-const KNOWN_ACCOUNTS: &[&str] = &[
-    "xray.proxy.hysteria.account.Account",
-    "xray.proxy.wireguard.PeerConfig",
-];
+const KNOWN_ACCOUNTS: &[&str] = &["xray.proxy.wireguard.PeerConfig"];
 
 /// The error for a config of a protocol Ferry does not have, or of none.
 pub(super) fn unknown_config(ty: &str) -> Error {
