@@ -118,6 +118,7 @@ pub fn parse_inbound(
         }
     };
     let ss = StreamSettings::parse(o, false)?;
+    quic_network_check(o, &ss, &name)?;
     if let crate::transport::chain::Security::Reality(r) = &ss.security {
         // REALITY's strangers go to the target through the relay (the transport sits below it).
         r.relay_strangers_with(crate::relay::stranger_to_target);
@@ -149,4 +150,27 @@ pub fn parse_inbound(
         stream: ss,
         json: o.value(),
     })
+}
+
+/// The `hysteria` network carries the `hysteria` protocol only (Xray also runs VLESS and others
+/// on it; Ferry does not yet).
+pub(super) fn quic_network_check(
+    o: &Obj<'_>,
+    ss: &StreamSettings,
+    protocol: &str,
+) -> reader::Result<()> {
+    let hysteria = &crate::proxy::hysteria::PROTOCOL;
+    if matches!(ss.network, crate::transport::chain::Network::Hysteria(_))
+        && !hysteria.is(protocol, true)
+    {
+        return Err(ConfigError::new(
+            o.key_path("streamSettings.network"),
+            format!(
+                "the {} network under {protocol:?} is not supported by Ferry yet (it carries the {} protocol)",
+                hysteria.name(),
+                hysteria.name()
+            ),
+        ));
+    }
+    Ok(())
 }

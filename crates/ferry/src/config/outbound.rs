@@ -120,6 +120,7 @@ pub fn parse_outbound(
     let builder =
         proxy::outbound_builder(&name).ok_or_else(|| unsupported_protocol(o, &name, "outbound"))?;
     let ss = StreamSettings::parse(o, true)?;
+    super::inbound::quic_network_check(o, &ss, &name)?;
     let mux = match o.obj("mux")? {
         Some(m) => {
             let s = proxy::mux::MuxSettings::parse(&m)?;

@@ -11,6 +11,7 @@ mod common;
 #[path = "../proxy_clients/mod.rs"]
 mod proxy_clients;
 
+mod hysteria_bad_input;
 mod probing;
 mod socks_http_bad_input;
 mod ssr_bad_input;
