@@ -96,6 +96,30 @@ impl ProcSet {
         }
     }
 
+    /// Waits until UDP sockets are bound on every port (a QUIC server), or fails with the
+    /// last process's log.
+    pub fn wait_bound_udp(&mut self, ports: &[u16], timeout: Duration) -> Result<()> {
+        let Some(p) = self.procs.last_mut() else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        while !ports.iter().all(|x| bound_udp_ports(p.pid()).contains(x)) {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                bail!("{} exited ({st}) before binding\n{}", p.name, p.log_tail());
+            }
+            if t0.elapsed() > timeout {
+                bail!(
+                    "{} did not bind UDP {ports:?} within {}s\n{}",
+                    p.name,
+                    timeout.as_secs(),
+                    p.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     /// Fails if any process has exited.
     pub fn check_alive(&mut self) -> Result<()> {
         for p in &mut self.procs {
@@ -280,6 +304,27 @@ fn listening_ports_at(dir: &str) -> Vec<u16> {
             }
             if let Some(port) = cols
                 .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
+                v.push(port);
+            }
+        }
+    }
+    v
+}
+
+/// UDP ports with a bound socket in the network namespace of `pid`.
+pub fn bound_udp_ports(pid: u32) -> Vec<u16> {
+    let mut v = Vec::new();
+    for f in ["udp", "udp6"] {
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")) else {
+            continue;
+        };
+        for line in s.lines().skip(1) {
+            if let Some(port) = line
+                .split_whitespace()
+                .nth(1)
                 .and_then(|a| a.rsplit(':').next())
                 .and_then(|p| u16::from_str_radix(p, 16).ok())
             {

@@ -69,6 +69,9 @@ pub struct ProcSpec {
     /// Placeholder names of the ports this process listens on (e.g. "server_port").
     #[serde(default)]
     pub listen: Vec<String>,
+    /// Placeholder names of the UDP ports it binds (a QUIC server).
+    #[serde(default)]
+    pub listen_udp: Vec<String>,
 }
 
 impl ProcSpec {

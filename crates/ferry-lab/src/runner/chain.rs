@@ -67,7 +67,8 @@ impl Ctx<'_> {
                     }
                 }
                 drop(bed);
-                set.wait_listening(&listen, Duration::from_secs(15))?;
+                set.wait_listening(&listen.tcp, Duration::from_secs(15))?;
+                set.wait_bound_udp(&listen.udp, Duration::from_secs(15))?;
             }
             entry = Some(
                 vars.get("entry_port")

@@ -59,7 +59,7 @@ impl Ctx<'_> {
         dir: &Path,
         target_port: u16,
     ) -> Result<(
-        Vec<(String, PathBuf, Vec<String>, Vec<u16>)>,
+        Vec<(String, PathBuf, Vec<String>, Listen)>,
         BTreeMap<String, String>,
     )> {
         let procs = s
@@ -88,6 +88,7 @@ impl Ctx<'_> {
                 names.extend(scenario::placeholders(t));
             }
             names.extend(p.listen.iter().cloned());
+            names.extend(p.listen_udp.iter().cloned());
             for n in names {
                 if n.ends_with("_port") && !vars.contains_key(&n) {
                     vars.insert(n, procs::free_port()?.to_string());
@@ -115,15 +116,20 @@ impl Ctx<'_> {
                 .iter()
                 .map(|a| scenario::render(a, &pv))
                 .collect::<Result<Vec<_>>>()?;
-            let listen = p
-                .listen
-                .iter()
-                .map(|n| {
-                    vars.get(n)
-                        .and_then(|v| v.parse().ok())
-                        .ok_or_else(|| anyhow!("listen port {n} is unknown"))
-                })
-                .collect::<Result<Vec<u16>>>()?;
+            let ports = |names: &[String]| {
+                names
+                    .iter()
+                    .map(|n| {
+                        vars.get(n)
+                            .and_then(|v| v.parse().ok())
+                            .ok_or_else(|| anyhow!("listen port {n} is unknown"))
+                    })
+                    .collect::<Result<Vec<u16>>>()
+            };
+            let listen = Listen {
+                tcp: ports(&p.listen)?,
+                udp: ports(&p.listen_udp)?,
+            };
             out.push((p.name.clone(), self.bin(&p.bin)?, args, listen));
         }
         Ok((out, vars))
@@ -170,4 +176,10 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// The ports a process listens on before the next one starts.
+pub struct Listen {
+    pub tcp: Vec<u16>,
+    pub udp: Vec<u16>,
 }
