@@ -68,12 +68,17 @@ fn ferry_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf, String) {
     )
 }
 
-/// The Trojan server's example with its certificate at `cert`/`key`.
-fn trojan_server(cert: &Path, key: &Path) -> Value {
-    let mut s = example("trojan-tls-server.json");
+/// A TLS server's example with its certificate at `cert`/`key`.
+fn with_cert(name: &str, cert: &Path, key: &Path) -> Value {
+    let mut s = example(name);
     s["inbounds"][0]["streamSettings"]["tlsSettings"]["certificates"] =
         json!([{"certificateFile": cert, "keyFile": key}]);
     s
+}
+
+/// The Trojan server's example with its certificate at `cert`/`key`.
+fn trojan_server(cert: &Path, key: &Path) -> Value {
+    with_cert("trojan-tls-server.json", cert, key)
 }
 
 #[test]
@@ -88,10 +93,10 @@ fn every_example_passes_ferry_test() {
     names.sort();
     assert!(names.len() >= 12, "{names:?}");
     for name in names {
-        let path = if name == "trojan-tls-server.json" {
+        let path = if name == "trojan-tls-server.json" || name == "hysteria2-server.json" {
             // Its certificate files are the deployer's: a fresh pair stands in.
             let p = dir.path().join(&name);
-            std::fs::write(&p, trojan_server(&cert, &key).to_string()).unwrap();
+            std::fs::write(&p, with_cert(&name, &cert, &key).to_string()).unwrap();
             p
         } else {
             examples().join(&name)
@@ -217,4 +222,36 @@ fn the_shadowsocks_2022_example_pair_carries_traffic() {
     let _s = common::ferry(&server.to_string(), &[sport]);
     let _c = common::ferry(&client.to_string(), &[cport]);
     carries(cport, "Shadowsocks 2022");
+}
+
+#[test]
+fn the_hysteria2_example_pair_carries_traffic() {
+    let dir = tempdir::Dir::new("examples-hysteria");
+    let (cert, key, pin) = ferry_cert(dir.path(), "hy.example.com");
+    let mut server = with_cert("hysteria2-server.json", &cert, &key);
+    let sport = local_server(&mut server);
+    let mut client = example("hysteria2-client.json");
+    let cport = free_port();
+    client["inbounds"][0]["port"] = json!(cport);
+    client["outbounds"][0]["settings"]["address"] = json!("127.0.0.1");
+    client["outbounds"][0]["settings"]["port"] = json!(sport);
+    client["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
+    // UDP only: the server is up once the client's first connection gets through.
+    let _s = common::ferry(&server.to_string(), &[]);
+    let _c = common::ferry(&client.to_string(), &[cport]);
+    let echo = echo_server();
+    let t0 = std::time::Instant::now();
+    while socks5_connect(cport, None, Target::Addr(echo))
+        .ok()
+        .and_then(|s| try_echo_through(s, b"hello").ok())
+        .filter(|v| v == b"hello")
+        .is_none()
+    {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the Hysteria 2 pair never carried a byte"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    carries(cport, "Hysteria 2 + Salamander + Brutal");
 }
