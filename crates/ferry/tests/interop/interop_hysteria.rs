@@ -458,6 +458,18 @@ fn run(client: Imp, server: Imp, mask: Mask, udp: &[usize]) {
     let chain = Chain::new(client, server, mask);
     chain.tcp_echo(0x4879 ^ ((client as u64) << 8) ^ server as u64);
     chain.udp_echo(udp, 0x5544 + client as u64 * 16 + server as u64);
+    if mask == SALAMANDER_BRUTAL && client != SingBox && server != SingBox {
+        // Brutal as both ends negotiated it (Xray's and Ferry's debug lines say it alike): the
+        // client sends at its 50 mbps (under the server's 100 mbps down), the server at the
+        // client's 100 mbps down (under its own 200 mbps up), in Xray's 1024-based units.
+        let logs = chain.logs();
+        for rate in [6_553_600, 13_107_200] {
+            assert!(
+                logs.contains(&format!("congestion brutal bytes per second {rate}")),
+                "no Brutal at {rate} B/s:\n{logs}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -145,7 +145,13 @@ impl Client {
                 .to_string()
         };
         let udp = header("hysteria-udp").eq_ignore_ascii_case("true");
-        rate.set(send_rate(&s.params, &header("hysteria-cc-rx")));
+        let r = send_rate(&s.params, &header("hysteria-cc-rx"));
+        rate.set(r);
+        match (r, s.params.congestion) {
+            (0, Congestion::Reno) => tracing::debug!("hysteria: {addr} congestion reno"),
+            (0, _) => tracing::debug!("hysteria: {addr} congestion bbr"),
+            (r, _) => tracing::debug!("hysteria: {addr} congestion brutal bytes per second {r}"),
+        }
         let sessions = Sessions::new(quic.clone());
         tokio::spawn(udp::read_loop(sessions.clone(), |_| {}));
         Ok(Conn {

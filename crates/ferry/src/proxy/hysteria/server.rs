@@ -180,7 +180,9 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
             let first = c.user.get().is_none();
             if first {
                 let _ = c.user.set(account.clone());
-                c.rate.set(send_rate(&c.inbound.side.params, client_rx));
+                let rate = send_rate(&c.inbound.side.params, client_rx);
+                c.rate.set(rate);
+                log_congestion(&c.ctx.tag, &c.ctx.info.source, &c.inbound.side.params, rate);
                 start_user(c, &account);
             }
             let resp = http::Response::builder()
@@ -226,6 +228,17 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
         stream.send_data(body).await.map_err(h3e)?;
     }
     stream.finish().await.map_err(h3e)
+}
+
+/// Logs the controller chosen for a connection (in Xray's words).
+fn log_congestion(tag: &str, peer: &dyn std::fmt::Display, p: &quic::QuicParams, rate: u64) {
+    match (rate, p.congestion) {
+        (0, Congestion::Reno) => tracing::debug!("[{tag}] hysteria: {peer} congestion reno"),
+        (0, _) => tracing::debug!("[{tag}] hysteria: {peer} congestion bbr"),
+        (r, _) => {
+            tracing::debug!("[{tag}] hysteria: {peer} congestion brutal bytes per second {r}")
+        }
+    }
 }
 
 fn padding_header() -> String {
