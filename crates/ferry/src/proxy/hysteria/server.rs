@@ -185,9 +185,20 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
                 log_congestion(&c.ctx.tag, &c.ctx.info.source, &c.inbound.side.params, rate);
                 start_user(c, &account);
             }
+            // A client that announced no datagram size (hysteria 2.8.2 onward, Xray 26.5.3
+            // onward after 2026-09-01) cannot be sent datagrams by quinn: it is told there is
+            // no UDP rather than losing every reply.
+            let udp = c.quic.max_datagram_size().is_some();
+            if !udp && first {
+                tracing::info!(
+                    "[{}] hysteria: {} announced no QUIC datagram size: UDP off for it",
+                    c.ctx.tag,
+                    c.ctx.info.source
+                );
+            }
             let resp = http::Response::builder()
                 .status(233)
-                .header("hysteria-udp", "true")
+                .header("hysteria-udp", if udp { "true" } else { "false" })
                 .header(
                     "hysteria-cc-rx",
                     c.inbound.side.params.brutal_down.to_string(),

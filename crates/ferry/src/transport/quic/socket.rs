@@ -27,8 +27,8 @@ pub fn wrap(socket: std::net::UdpSocket, masks: &UdpMasks) -> io::Result<Arc<dyn
     }))
 }
 
-/// A socket whose datagrams go through masks: one datagram per send (each is masked on its
-/// own), segments of a coalesced receive opened one by one.
+/// A socket whose datagrams go through masks, each masked on its own (a GSO batch stays one
+/// send), segments of a coalesced receive opened one by one.
 struct Masked {
     inner: Arc<dyn AsyncUdpSocket>,
     masks: UdpMasks,
@@ -50,18 +50,39 @@ impl AsyncUdpSocket for Masked {
 
     fn try_send(&self, t: &Transmit) -> io::Result<()> {
         let mut out = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let mut one = Vec::new();
         let seg = t.segment_size.unwrap_or(t.contents.len()).max(1);
-        for datagram in t.contents.chunks(seg) {
-            self.masks.encode(datagram, &mut out);
-            self.inner.try_send(&Transmit {
-                destination: t.destination,
-                ecn: t.ecn,
-                contents: &out,
-                segment_size: None,
-                src_ip: t.src_ip,
-            })?;
+        if !self.masks.fixed_overhead() {
+            for datagram in t.contents.chunks(seg) {
+                self.masks.encode(datagram, &mut out);
+                self.inner.try_send(&Transmit {
+                    destination: t.destination,
+                    ecn: t.ecn,
+                    contents: &out,
+                    segment_size: None,
+                    src_ip: t.src_ip,
+                })?;
+            }
+            return Ok(());
         }
-        Ok(())
+        // Each datagram masked on its own; a batch stays one GSO send, every datagram but the
+        // last growing by the same overhead.
+        out.clear();
+        for datagram in t.contents.chunks(seg) {
+            self.masks.encode(datagram, &mut one);
+            out.extend_from_slice(&one);
+        }
+        let segment_size = t
+            .segment_size
+            .filter(|_| t.contents.len() > seg)
+            .map(|s| s + self.masks.overhead());
+        self.inner.try_send(&Transmit {
+            destination: t.destination,
+            ecn: t.ecn,
+            contents: &out,
+            segment_size,
+            src_ip: t.src_ip,
+        })
     }
 
     fn poll_recv(
@@ -94,7 +115,10 @@ impl AsyncUdpSocket for Masked {
     }
 
     fn max_transmit_segments(&self) -> usize {
-        1
+        match self.masks.fixed_overhead() {
+            true => self.inner.max_transmit_segments(),
+            false => 1,
+        }
     }
 
     fn max_receive_segments(&self) -> usize {

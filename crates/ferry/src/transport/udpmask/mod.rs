@@ -13,6 +13,11 @@ pub use salamander::Salamander;
 pub trait UdpMask: Send + Sync + std::fmt::Debug + 'static {
     /// Bytes the wire form adds at most (the senders above leave room for it).
     fn overhead(&self) -> usize;
+    /// Whether it adds exactly [`UdpMask::overhead`] to every datagram (then a GSO batch of
+    /// equal datagrams stays one of equal wire datagrams).
+    fn fixed_overhead(&self) -> bool {
+        true
+    }
     /// Appends the wire form of `datagram` to `out`.
     fn encode(&self, datagram: &[u8], out: &mut Vec<u8>);
     /// Opens a wire datagram in place: the range of `buf` that holds the datagram, or `None`
@@ -28,6 +33,11 @@ pub struct UdpMasks(pub Vec<Arc<dyn UdpMask>>);
 impl UdpMasks {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Whether every mask adds a fixed number of bytes.
+    pub fn fixed_overhead(&self) -> bool {
+        self.0.iter().all(|m| m.fixed_overhead())
     }
 
     /// Bytes all masks add together.
