@@ -34,7 +34,7 @@ MIHOMO_VERSION=v1.19.2
 MIHOMO_XHTTP_VERSION=v1.19.23
 # fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates;
 # libnginx-mod-stream: nginx `stream` in front of Ferry (proxy_pass, PROXY protocol).
-DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl)
+DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl iptables)
 
 BIN="${FERRY_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin}"
 mkdir -p "$BIN"
@@ -100,7 +100,7 @@ install_debian() {
     log "debian packages present"
   fi
   local b
-  for b in v2ray ss-local ss-server ss-tunnel ss-redir trojan iperf3 nginx curl; do
+  for b in v2ray ss-local ss-server ss-tunnel ss-redir trojan iperf3 nginx curl iptables; do
     local p; p=$(command -v "$b" || true)
     [ -z "$p" ] && [ -x "/usr/sbin/$b" ] && p="/usr/sbin/$b"
     [ -z "$p" ] && [ -x "/usr/bin/$b" ] && p="/usr/bin/$b"

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::config::reader::{ConfigError, Obj, Result};
+use crate::transport::quic::hop::UdpHop;
 use crate::transport::quic::{
     parse_bandwidth, Congestion, FinalMask, HysteriaSettings, Masquerade, QuicParams,
 };
@@ -171,6 +172,38 @@ pub fn finalmask(o: Option<Obj<'_>>, quic: bool) -> Result<FinalMask> {
     Ok(f)
 }
 
+/// `udpHop`: `ports` as Xray's port list (`"20000-30000,443"`, a number or a list), `interval`
+/// seconds (at least 5) or a `"min-max"` range.
+fn udp_hop(h: &Obj<'_>) -> Result<UdpHop> {
+    let (pp, pv) = h
+        .get("ports")
+        .ok_or_else(|| ConfigError::new(h.key_path("ports"), "is required"))?;
+    let ports = crate::matchers::port::parse_ports(pv, &pp)?;
+    if ports.is_empty() {
+        return Err(ConfigError::new(pp, "names no port"));
+    }
+    let (ip, iv) = h.get("interval").ok_or_else(|| {
+        ConfigError::new(
+            h.key_path("interval"),
+            "is required with ports (Xray v26.3.27 fails without it)",
+        )
+    })?;
+    let (lo, hi) = crate::config::reader::int32_range(iv, &ip)?;
+    if lo < 5 {
+        return Err(ConfigError::new(
+            ip,
+            format!("must be at least 5 seconds, found {lo}"),
+        ));
+    }
+    Ok(UdpHop {
+        ports,
+        interval: (
+            Duration::from_secs(lo as u64),
+            Duration::from_secs(hi.max(lo) as u64),
+        ),
+    })
+}
+
 fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
     let mut p = QuicParams::default();
     let cc = q
@@ -259,11 +292,9 @@ fn quic_params(q: &Obj<'_>) -> Result<QuicParams> {
         }
         p.max_incoming_streams = Some(n).filter(|n| *n != 0);
     }
-    if q.has("udpHop") {
-        return Err(ConfigError::new(
-            q.key_path("udpHop"),
-            "port hopping is not supported by Ferry yet",
-        ));
+    if let Some(h) = q.obj("udpHop")? {
+        p.udp_hop = Some(udp_hop(&h)?);
+        h.finish();
     }
     q.ignore(&["debug", "bbrProfile"]);
     Ok(p)
@@ -326,13 +357,26 @@ mod tests {
         assert!(e.contains("65536"), "{e}");
         let e = load(fm(json!({"keepAlivePeriod": 90})), srv.clone(), true).unwrap_err();
         assert!(e.contains("keepAlivePeriod"), "{e}");
+        load(
+            fm(json!({"udpHop": {"ports": "20000-20010,443", "interval": "5-10"}})),
+            srv.clone(),
+            true,
+        )
+        .unwrap();
         let e = load(
-            fm(json!({"udpHop": {"ports": "20000-20010", "interval": 5}})),
+            fm(json!({"udpHop": {"ports": "20000-20010"}})),
             srv.clone(),
             true,
         )
         .unwrap_err();
-        assert!(e.contains("udpHop") && e.contains("not supported"), "{e}");
+        assert!(e.contains("udpHop.interval"), "{e}");
+        let e = load(
+            fm(json!({"udpHop": {"ports": "20000-20010", "interval": 3}})),
+            srv.clone(),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.contains("at least 5"), "{e}");
         let short = client(
             json!({"finalmask": {"udp": [{"type": "salamander", "settings": {"password": "abc"}}]}}),
         );

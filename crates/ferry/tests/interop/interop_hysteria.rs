@@ -32,7 +32,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const AUTH: &str = "hy-pass-1";
+pub(crate) const AUTH: &str = "hy-pass-1";
 const OBFS: &str = "obfs-pass";
 const SNI: &str = "hy.test";
 /// Each way, written while the echo is read back.
@@ -50,7 +50,7 @@ const FRAG_UDP: &[usize] = &[
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Imp {
+pub(crate) enum Imp {
     Ferry,
     Xray,
     SingBox,
@@ -59,13 +59,13 @@ use Imp::*;
 
 /// What `finalmask` carries: Salamander on or off, and the congestion control.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Mask {
+pub(crate) struct Mask {
     salamander: bool,
     congestion: &'static str,
 }
 
 /// quic.md §2.2 as verified: Salamander + Brutal (server up 200/down 100, client up 50/down 100).
-const SALAMANDER_BRUTAL: Mask = Mask {
+pub(crate) const SALAMANDER_BRUTAL: Mask = Mask {
     salamander: true,
     congestion: "brutal",
 };
@@ -78,12 +78,12 @@ const PLAIN_BBR: Mask = Mask {
 // Certificate
 
 /// A self-signed ECDSA P-256 certificate for "hy.test" and its pin, made with `openssl`.
-struct Certs {
+pub(crate) struct Certs {
     _dir: tempdir::Dir,
-    cert: String,
-    key: String,
+    pub(crate) cert: String,
+    pub(crate) key: String,
     /// Lowercase hex SHA-256 of the DER certificate (what `sha256sum` prints).
-    pin: String,
+    pub(crate) pin: String,
 }
 
 fn openssl(args: &[&str], stdin: Option<&Path>) -> std::process::Output {
@@ -97,7 +97,7 @@ fn openssl(args: &[&str], stdin: Option<&Path>) -> std::process::Output {
         .unwrap_or_else(|e| panic!("openssl: {e} (install it: scripts/peers.sh debian)"))
 }
 
-fn certs() -> Certs {
+pub(crate) fn certs() -> Certs {
     let dir = tempdir::Dir::new("hy-certs");
     let cert = dir.path().join("cert.pem").to_str().unwrap().to_string();
     let key = dir.path().join("key.pem").to_str().unwrap().to_string();
@@ -155,17 +155,17 @@ fn certs() -> Certs {
 // Configs. Ferry and Xray read the very same Xray JSON (only freedom differs, below).
 
 /// Xray v26.3.27's freedom has no private-address block yet; the allow documents intent.
-const XRAY_FREEDOM: &str = r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#;
-const FREEDOM: &str = r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#;
+pub(crate) const XRAY_FREEDOM: &str = r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8"]}]}}"#;
+pub(crate) const FREEDOM: &str = r#"{"tag":"direct","protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["127.0.0.0/8","::1"]}]}}"#;
 
-fn config(inbounds: &[String], outbound: &str) -> String {
+pub(crate) fn config(inbounds: &[String], outbound: &str) -> String {
     format!(
         r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{}],"outbounds":[{outbound}]}}"#,
         inbounds.join(",")
     )
 }
 
-fn socks_in(port: u16) -> String {
+pub(crate) fn socks_in(port: u16) -> String {
     format!(
         r#"{{"tag":"socks-in","listen":"127.0.0.1","port":{port},"protocol":"socks",
             "settings":{{"auth":"noauth","udp":true,"ip":"127.0.0.1"}}}}"#
@@ -186,7 +186,7 @@ fn finalmask(mask: Mask, rates: &str) -> String {
 }
 
 /// The hysteria inbound of quic.md §2.2 (v26.3.27 spellings: `clients`, `network`).
-fn hy_in(port: u16, c: &Certs, mask: Mask) -> String {
+pub(crate) fn hy_in(port: u16, c: &Certs, mask: Mask) -> String {
     format!(
         r#"{{"tag":"hy-in","listen":"127.0.0.1","port":{port},"protocol":"hysteria",
             "settings":{{"version":2,"clients":[{{"auth":"{AUTH}","email":"u1@ferry.test","level":0}}]}},
@@ -203,7 +203,7 @@ fn hy_in(port: u16, c: &Certs, mask: Mask) -> String {
 }
 
 /// The hysteria outbound of quic.md §2.2: the server's certificate pinned, SNI "hy.test".
-fn hy_out(server: u16, pin: &str, mask: Mask) -> String {
+pub(crate) fn hy_out(server: u16, pin: &str, mask: Mask) -> String {
     format!(
         r#"{{"tag":"hy-out","protocol":"hysteria",
             "settings":{{"version":2,"address":"127.0.0.1","port":{server}}},

@@ -15,6 +15,7 @@ mod proxy_clients;
 mod route_helpers;
 
 mod interop_hysteria;
+mod interop_hysteria_hop;
 mod interop_mux;
 mod interop_reality;
 mod interop_shadowsocks;

@@ -100,7 +100,7 @@ impl Client {
     async fn dial(&self) -> io::Result<Conn> {
         let s = &self.side;
         let addr = self.server_addr().await?;
-        let endpoint = quic::client(addr, &s.masks)?;
+        let endpoint = quic::client(addr, &s.masks, s.params.udp_hop.as_ref())?;
         let rate = Rate::new(0);
         let mut cfg = quinn::ClientConfig::new(s.tls.clone());
         cfg.transport_config(Arc::new(

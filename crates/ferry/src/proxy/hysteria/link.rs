@@ -30,12 +30,11 @@ pub fn parse(link: &str) -> Result<Value, String> {
         Some((h, p)) if !h.is_empty() && !p.contains(']') => (h, p),
         _ => (hostport, "443"),
     };
-    if port.contains([',', '-']) {
-        return Err(format!(
-            "port {port:?}: port hopping is not supported by Ferry yet"
-        ));
-    }
-    let port: u16 = port
+    // Several ports (`443,5000-6000`): the client hops over them, every 30 s as the official
+    // client does by default.
+    let hop = port.contains([',', '-']).then(|| port.to_string());
+    let first = port.split([',', '-']).next().unwrap_or("");
+    let port: u16 = first
         .parse()
         .ok()
         .filter(|p| *p != 0)
@@ -81,6 +80,9 @@ pub fn parse(link: &str) -> Result<Value, String> {
                 "settings": {"password": param("obfs-password")}}]});
         }
         o => return Err(format!("obfs {o:?} is not supported (salamander is)")),
+    }
+    if let Some(ports) = hop {
+        stream["finalmask"]["quicParams"] = json!({"udpHop": {"ports": ports, "interval": 30}});
     }
     let mut out = json!({
         "protocol": "hysteria",
@@ -189,9 +191,12 @@ mod tests {
         let o = parse("hy2://pw@[2001:db8::1]").unwrap();
         assert_eq!(o["settings"]["address"], "2001:db8::1");
         assert_eq!(o["settings"]["port"], 443);
-        assert!(parse("hysteria2://pw@h:443,5000-6000/")
-            .unwrap_err()
-            .contains("hopping"));
+        let o = parse("hysteria2://pw@h:443,5000-6000/").unwrap();
+        assert_eq!(o["settings"]["port"], 443);
+        assert_eq!(
+            o["streamSettings"]["finalmask"]["quicParams"]["udpHop"],
+            json!({"ports": "443,5000-6000", "interval": 30})
+        );
         assert!(parse("hysteria2://pw@h:1/?obfs=gecko").is_err());
         assert!(parse("vless://x@h:1").is_err());
     }

@@ -4,6 +4,7 @@
 //! Hysteria 2 (`proxy::hysteria`) runs on it.
 
 pub mod brutal;
+pub mod hop;
 pub mod hysteria;
 pub mod socket;
 pub mod stream;
@@ -49,6 +50,8 @@ pub struct QuicParams {
     pub keep_alive: Option<Duration>,
     pub disable_mtu_discovery: bool,
     pub max_incoming_streams: Option<u64>,
+    /// `udpHop` (clients).
+    pub udp_hop: Option<hop::UdpHop>,
 }
 
 /// A transport's defaults where `quicParams` says nothing.
@@ -129,13 +132,27 @@ pub fn server(
     )
 }
 
-/// A client endpoint on a fresh socket of `family` (the server's address family), masked.
-pub fn client(server: SocketAddr, masks: &UdpMasks) -> io::Result<Endpoint> {
-    let bind: SocketAddr = match server {
-        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+/// A client endpoint on a fresh socket of the server's address family, masked, hopping over
+/// the server's ports when `hop` says so.
+pub fn client(
+    server: SocketAddr,
+    masks: &UdpMasks,
+    hop: Option<&hop::UdpHop>,
+) -> io::Result<Endpoint> {
+    let socket = match hop {
+        Some(h) => {
+            let hopping = hop::Hopping::new(server, h.pick())?;
+            hop::Hopping::run(Arc::downgrade(&hopping), h.clone());
+            socket::wrap_socket(hopping, masks)
+        }
+        None => {
+            let bind: SocketAddr = match server {
+                SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+                SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+            };
+            socket::wrap(std::net::UdpSocket::bind(bind)?, masks)?
+        }
     };
-    let socket = socket::wrap(std::net::UdpSocket::bind(bind)?, masks)?;
     Endpoint::new_with_abstract_socket(
         EndpointConfig::default(),
         None,

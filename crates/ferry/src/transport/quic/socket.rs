@@ -17,14 +17,19 @@ use crate::transport::udpmask::UdpMasks;
 pub fn wrap(socket: std::net::UdpSocket, masks: &UdpMasks) -> io::Result<Arc<dyn AsyncUdpSocket>> {
     socket.set_nonblocking(true)?;
     let inner = TokioRuntime.wrap_udp_socket(socket)?;
+    Ok(wrap_socket(inner, masks))
+}
+
+/// A QUIC socket (quinn's, or a hopping one) under `masks`.
+pub fn wrap_socket(inner: Arc<dyn AsyncUdpSocket>, masks: &UdpMasks) -> Arc<dyn AsyncUdpSocket> {
     if masks.is_empty() {
-        return Ok(inner);
+        return inner;
     }
-    Ok(Arc::new(Masked {
+    Arc::new(Masked {
         inner,
         masks: masks.clone(),
         scratch: Mutex::new(Vec::with_capacity(2048)),
-    }))
+    })
 }
 
 /// A socket whose datagrams go through masks, each masked on its own (a GSO batch stays one
