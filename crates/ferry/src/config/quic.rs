@@ -93,9 +93,14 @@ fn masquerade(m: &Obj<'_>) -> Result<Masquerade> {
                 content,
             })
         }
-        "file" | "proxy" => Err(ConfigError::new(
+        "file" => {
+            m.ignore(&["url", "rewriteHost", "insecure", "content", "headers", "statusCode"]);
+            let dir = m.req_str("dir")?;
+            Ok(Masquerade::Dir(dir.into()))
+        }
+        "proxy" => Err(ConfigError::new(
             m.key_path("type"),
-            format!("masquerade {ty:?} is not supported by Ferry yet (\"404\" and \"string\" are)"),
+            format!("masquerade {ty:?} is not supported by Ferry yet (\"404\", \"string\" and \"file\" are)"),
         )),
         _ => Err(ConfigError::new(
             m.key_path("type"),

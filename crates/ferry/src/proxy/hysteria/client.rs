@@ -63,27 +63,57 @@ impl Conn {
 
 pub struct Client {
     side: ClientSide,
-    conn: Mutex<Option<Arc<Conn>>>,
+    /// Live connections, the first used for UDP; more are dialed when every one has as many
+    /// streams open as its server allows (Xray's and the official server's 1024).
+    conns: Mutex<Vec<Arc<Conn>>>,
 }
+
+/// QUIC connections one outbound keeps at most.
+const MAX_CONNS: usize = 16;
 
 impl Client {
     pub fn new(side: ClientSide) -> Client {
         Client {
             side,
-            conn: Mutex::new(None),
+            conns: Mutex::new(Vec::new()),
         }
     }
 
-    /// The live connection, dialed (and authenticated) when there is none.
+    /// The live connection (the first), dialed (and authenticated) when there is none.
     pub async fn conn(&self) -> io::Result<Arc<Conn>> {
-        let mut g = self.conn.lock().await;
-        if let Some(c) = g.as_ref().filter(|c| c.quic.close_reason().is_none()) {
+        let mut g = self.conns.lock().await;
+        g.retain(|c| c.quic.close_reason().is_none());
+        if let Some(c) = g.first() {
             return Ok(c.clone());
         }
-        *g = None;
         let c = Arc::new(self.dial().await?);
-        *g = Some(c.clone());
+        g.push(c.clone());
         Ok(c)
+    }
+
+    /// A new stream on a live connection with room for one, dialing another connection when
+    /// none has (up to [`MAX_CONNS`]; then it waits on the first).
+    pub async fn open_stream(&self) -> io::Result<(quinn::SendStream, quinn::RecvStream)> {
+        let first = {
+            let mut g = self.conns.lock().await;
+            g.retain(|c| c.quic.close_reason().is_none());
+            for c in g.iter() {
+                // Polled once: ready at once when the server allows another stream.
+                if let Ok(r) =
+                    tokio::time::timeout(std::time::Duration::ZERO, c.quic.open_bi()).await
+                {
+                    return r.map_err(io::Error::other);
+                }
+            }
+            if g.len() < MAX_CONNS {
+                let c = Arc::new(self.dial().await?);
+                g.push(c.clone());
+                c
+            } else {
+                g[0].clone()
+            }
+        };
+        first.quic.open_bi().await.map_err(io::Error::other)
     }
 
     async fn server_addr(&self) -> io::Result<SocketAddr> {

@@ -10,6 +10,7 @@ pub mod codec;
 mod h3conn;
 pub mod inbound;
 pub mod link;
+mod masq;
 pub mod outbound;
 mod server;
 pub mod udp;

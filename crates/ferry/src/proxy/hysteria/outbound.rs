@@ -24,8 +24,7 @@ impl Outbound {
 #[async_trait]
 impl Dialer for Outbound {
     async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
-        let conn = self.client.conn().await?;
-        let (mut send, recv) = conn.quic.open_bi().await.map_err(io::Error::other)?;
+        let (mut send, recv) = self.client.open_stream().await?;
         // As Xray's client: the request goes at once, the payload right after it.
         send.write_all(&codec::tcp_request(dest))
             .await

@@ -148,7 +148,7 @@ async fn serve_conn(
     quic.close(0x100u32.into(), b"");
 }
 
-type Stream = h3::server::RequestStream<super::h3conn::Bidi<Bytes>, Bytes>;
+use super::masq::Stream;
 
 /// Answers one HTTP/3 request: an authentication, or the masquerade site.
 async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io::Result<()> {
@@ -211,34 +211,7 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
         }
         c.ctx.reject("hysteria", "auth", &"unknown hysteria-auth");
     }
-    let (status, headers, body) = match &c.inbound.side.masquerade {
-        Masquerade::NotFound => (
-            404,
-            vec![
-                (
-                    "content-type".to_string(),
-                    "text/plain; charset=utf-8".to_string(),
-                ),
-                ("x-content-type-options".to_string(), "nosniff".to_string()),
-            ],
-            Bytes::from_static(b"404 page not found\n"),
-        ),
-        Masquerade::Fixed {
-            status,
-            headers,
-            content,
-        } => (*status, headers.clone(), content.clone()),
-    };
-    let mut resp = http::Response::builder().status(status);
-    for (k, v) in &headers {
-        resp = resp.header(k.as_str(), v.as_str());
-    }
-    let resp = resp.body(()).map_err(io::Error::other)?;
-    stream.send_response(resp).await.map_err(h3e)?;
-    if !body.is_empty() {
-        stream.send_data(body).await.map_err(h3e)?;
-    }
-    stream.finish().await.map_err(h3e)
+    super::masq::answer(&c.inbound.side.masquerade, &req, &mut stream).await
 }
 
 /// Logs the controller chosen for a connection (in Xray's words).

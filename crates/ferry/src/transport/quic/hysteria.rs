@@ -40,6 +40,8 @@ pub enum Masquerade {
         headers: Vec<(String, String)>,
         content: Bytes,
     },
+    /// `type: "file"`: a directory served as a web site.
+    Dir(std::path::PathBuf),
 }
 
 /// `streamSettings.finalmask`: the UDP masks and QUIC's settings.

@@ -124,12 +124,11 @@ pub fn server(
 ) -> io::Result<Endpoint> {
     let socket = socket::wrap(socket, masks)?;
     let cfg = quinn::ServerConfig::with_crypto(tls);
-    Endpoint::new_with_abstract_socket(
-        EndpointConfig::default(),
-        Some(cfg),
-        socket,
-        Arc::new(TokioRuntime),
-    )
+    let mut ep = EndpointConfig::default();
+    // quic-go servers without a reset key (Xray's) send no stateless resets: strangers'
+    // garbage gets one at most per hour here (quinn always has a key).
+    ep.min_reset_interval(Duration::from_secs(3600));
+    Endpoint::new_with_abstract_socket(ep, Some(cfg), socket, Arc::new(TokioRuntime))
 }
 
 /// A client endpoint on a fresh socket of the server's address family, masked, hopping over
