@@ -19,8 +19,10 @@ use crate::transport::PacketConn;
 
 /// Sessions one connection holds at most (a client opening more gets its new ones dropped).
 pub const MAX_SESSIONS: usize = 1024;
-/// Packets waiting for a session's reader (more are dropped, as a full socket buffer does).
-const QUEUE: usize = 128;
+/// Packets waiting for a session's reader (more are dropped, as a full socket buffer does):
+/// with reassembled packets of 4096 bytes at most, 64 KiB a session, 64 MiB for a connection's
+/// every session at worst.
+const QUEUE: usize = 16;
 
 struct Slot {
     tx: mpsc::Sender<(Bytes, String)>,
