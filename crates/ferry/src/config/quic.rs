@@ -94,14 +94,35 @@ fn masquerade(m: &Obj<'_>) -> Result<Masquerade> {
             })
         }
         "file" => {
-            m.ignore(&["url", "rewriteHost", "insecure", "content", "headers", "statusCode"]);
+            m.ignore(&[
+                "url",
+                "rewriteHost",
+                "insecure",
+                "content",
+                "headers",
+                "statusCode",
+            ]);
             let dir = m.req_str("dir")?;
             Ok(Masquerade::Dir(dir.into()))
         }
-        "proxy" => Err(ConfigError::new(
-            m.key_path("type"),
-            format!("masquerade {ty:?} is not supported by Ferry yet (\"404\", \"string\" and \"file\" are)"),
-        )),
+        "proxy" => {
+            m.ignore(&["dir", "content", "headers", "statusCode"]);
+            let url = m.req_str("url")?;
+            let u: http::Uri = url
+                .parse()
+                .map_err(|e| ConfigError::new(m.key_path("url"), format!("{url:?}: {e}")))?;
+            if !matches!(u.scheme_str(), Some("http" | "https")) || u.authority().is_none() {
+                return Err(ConfigError::new(
+                    m.key_path("url"),
+                    format!("{url:?} is not an http:// or https:// URL"),
+                ));
+            }
+            Ok(Masquerade::Proxy {
+                url,
+                rewrite_host: m.bool("rewriteHost")?.unwrap_or(false),
+                insecure: m.bool("insecure")?.unwrap_or(false),
+            })
+        }
         _ => Err(ConfigError::new(
             m.key_path("type"),
             format!("unknown masq type {ty:?}"),
@@ -397,10 +418,9 @@ mod tests {
         let users = json!({"version": 2, "clients": [{"auth": "a", "email": "u"}]});
         let e = load(s.clone(), users.clone(), false).unwrap_err();
         assert!(e.contains("certificate"), "{e}");
-        s["hysteriaSettings"]["masquerade"] =
-            json!({"type": "proxy", "url": "https://example.com"});
+        s["hysteriaSettings"]["masquerade"] = json!({"type": "proxy", "url": "ftp://example.com/"});
         let e = load(s.clone(), users.clone(), false).unwrap_err();
-        assert!(e.contains("masquerade.type"), "{e}");
+        assert!(e.contains("masquerade.url"), "{e}");
         s["hysteriaSettings"]["masquerade"] = json!({"type": "bogus"});
         let e = load(s, users, false).unwrap_err();
         assert!(e.contains("unknown masq type"), "{e}");

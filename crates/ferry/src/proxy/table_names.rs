@@ -40,6 +40,11 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("app/sniff/mod.rs", "http", "a sniffed protocol"),
     ("sniffing.rs", "http", "a sniffed protocol (destOverride)"),
     ("common/http1.rs", "http", "a URL scheme"),
+    (
+        "config/quic.rs",
+        "http",
+        "a URL scheme (Hysteria's masquerade proxy)",
+    ),
     ("app/router/webhook.rs", "http", "a URL scheme"),
     ("transport/grpc/mod.rs", "http", "a URL scheme"),
     ("transport/xhttp/client/request.rs", "http", "a URL scheme"),

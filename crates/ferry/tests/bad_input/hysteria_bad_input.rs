@@ -325,3 +325,57 @@ async fn a_directory_masquerade_is_a_web_site() {
     // A wrong password is one more request for the site.
     assert_eq!(ask(&mut send, auth("wrong")).await.0, 404);
 }
+
+/// A one-request-at-a-time HTTP/1.1 origin: answers 203 with the request head it got.
+fn origin() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let mut c = c;
+            let head = crate::proxy_clients::read_head(&mut c).unwrap_or_default();
+            let body = head.replace("\r\n", "\n");
+            let resp = format!(
+                "HTTP/1.1 203 Non-Authoritative Information\r\nContent-Length: {}\r\nX-Origin: yes\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = std::io::Write::write_all(&mut c, resp.as_bytes());
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_masquerade_forwards_to_its_site() {
+    let dir = tempdir();
+    let o = origin();
+    for rewrite in [false, true] {
+        let m = json!({"type": "proxy", "url": format!("http://127.0.0.1:{o}/base/?k=1"), "rewriteHost": rewrite});
+        let (_inst, port) = server_with(&dir, m).await;
+        let conn = connect(port).await;
+        let mut send = h3(&conn).await;
+        let req = http::Request::get("https://hy.test/x?z=2")
+            .header("user-agent", "probe/1")
+            .body(())
+            .unwrap();
+        let (s, h, b) = ask(&mut send, req).await;
+        let seen = String::from_utf8_lossy(&b).to_lowercase();
+        assert_eq!(s, 203, "{seen}");
+        assert_eq!(h.get("x-origin").unwrap(), "yes");
+        assert!(seen.starts_with("get /base/x?k=1&z=2 http/1.1"), "{seen}");
+        assert!(seen.contains("user-agent: probe/1"), "{seen}");
+        let host = if rewrite {
+            format!("host: 127.0.0.1:{o}")
+        } else {
+            "host: hy.test".into()
+        };
+        assert!(seen.contains(&host), "{seen}");
+    }
+    // An origin that is not there: 502.
+    let m = json!({"type": "proxy", "url": format!("http://127.0.0.1:{}/", free_port())});
+    let (_inst, port) = server_with(&dir, m).await;
+    let conn = connect(port).await;
+    let mut send = h3(&conn).await;
+    let get = http::Request::get("https://hy.test/").body(()).unwrap();
+    assert_eq!(ask(&mut send, get).await.0, 502);
+}

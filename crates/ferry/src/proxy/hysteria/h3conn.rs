@@ -127,6 +127,9 @@ impl<B: Buf> quic::OpenStreams<B> for Opener {
     }
 }
 
+/// A request stream as the HTTP/3 server hands it out.
+pub type Stream = h3::server::RequestStream<Bidi<Bytes>, Bytes>;
+
 /// A request stream: quinn's two halves, the bytes read first replayed.
 pub struct Bidi<B: Buf> {
     send: Send<B>,

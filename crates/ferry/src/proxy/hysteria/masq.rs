@@ -8,10 +8,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
-use super::h3conn::Bidi;
+pub use super::h3conn::Stream;
 use crate::transport::quic::Masquerade;
-
-pub type Stream = h3::server::RequestStream<Bidi<Bytes>, Bytes>;
 
 fn h3e(e: h3::error::StreamError) -> io::Error {
     io::Error::other(e.to_string())
@@ -30,13 +28,27 @@ fn not_found() -> (u16, Headers, Bytes) {
     )
 }
 
-/// Answers `req` on `stream` as the masquerade site.
+/// Answers `req` on `stream` as the masquerade site (`tls`: the client side of TLS for an
+/// `https://` proxy URL).
 pub async fn answer(
     m: &Masquerade,
+    tls: Option<&crate::transport::tls::TlsLayer>,
     req: &http::Request<()>,
     stream: &mut Stream,
 ) -> io::Result<()> {
     let (status, headers, body) = match m {
+        Masquerade::Proxy {
+            url, rewrite_host, ..
+        } => {
+            return match super::masq_proxy::forward(url, *rewrite_host, tls, req, stream).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    tracing::debug!("hysteria: masquerade proxy to {url}: {e}");
+                    // As Go's ReverseProxy under Xray's handler: 502, no body.
+                    send(stream, 502, &Vec::new(), Bytes::new(), true).await
+                }
+            };
+        }
         Masquerade::NotFound => not_found(),
         Masquerade::Fixed {
             status,

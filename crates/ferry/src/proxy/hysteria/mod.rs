@@ -11,6 +11,7 @@ mod h3conn;
 pub mod inbound;
 pub mod link;
 mod masq;
+mod masq_proxy;
 pub mod outbound;
 mod server;
 pub mod udp;
@@ -117,6 +118,12 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
             masks: b.stream.finalmask.udp.clone(),
             udp_idle: h.udp_idle,
             masquerade: h.masquerade.clone(),
+            masq_tls: masq_tls(&h.masquerade).map_err(|e| {
+                ConfigError::new(
+                    format!("{parent}.streamSettings.hysteriaSettings.masquerade"),
+                    e,
+                )
+            })?,
         },
     ))
 }
@@ -152,4 +159,22 @@ pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn Outb
             auth: h.auth.clone(),
         },
     ))))
+}
+
+/// The TLS client of a masquerade proxy to an `https://` URL (`insecure` skips verification).
+fn masq_tls(
+    m: &crate::transport::quic::Masquerade,
+) -> std::result::Result<Option<Arc<crate::transport::tls::TlsLayer>>, String> {
+    let crate::transport::quic::Masquerade::Proxy { url, insecure, .. } = m else {
+        return Ok(None);
+    };
+    if !url.to_ascii_lowercase().starts_with("https:") {
+        return Ok(None);
+    }
+    let s = crate::transport::tls::TlsSettings {
+        alpn: vec!["http/1.1".into()],
+        allow_insecure: *insecure,
+        ..Default::default()
+    };
+    crate::transport::tls::TlsLayer::client(&s).map(|t| Some(Arc::new(t)))
 }

@@ -32,6 +32,8 @@ pub struct ServerSide {
     pub masks: crate::transport::udpmask::UdpMasks,
     pub udp_idle: Duration,
     pub masquerade: Masquerade,
+    /// TLS for an `https://` masquerade proxy URL.
+    pub masq_tls: Option<Arc<crate::transport::tls::TlsLayer>>,
 }
 
 /// Closes the endpoint (and with it every connection) when the inbound stops.
@@ -211,7 +213,14 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
         }
         c.ctx.reject("hysteria", "auth", &"unknown hysteria-auth");
     }
-    super::masq::answer(&c.inbound.side.masquerade, &req, &mut stream).await
+    let side = &c.inbound.side;
+    super::masq::answer(
+        &side.masquerade,
+        side.masq_tls.as_deref(),
+        &req,
+        &mut stream,
+    )
+    .await
 }
 
 /// Logs the controller chosen for a connection (in Xray's words).

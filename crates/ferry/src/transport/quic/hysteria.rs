@@ -42,6 +42,13 @@ pub enum Masquerade {
     },
     /// `type: "file"`: a directory served as a web site.
     Dir(std::path::PathBuf),
+    /// `type: "proxy"`: every request forwarded to `url` (its path a prefix), with the
+    /// client's Host unless `rewrite_host`; 502 when it cannot be reached.
+    Proxy {
+        url: String,
+        rewrite_host: bool,
+        insecure: bool,
+    },
 }
 
 /// `streamSettings.finalmask`: the UDP masks and QUIC's settings.
