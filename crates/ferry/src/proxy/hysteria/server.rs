@@ -296,7 +296,10 @@ async fn accept_streams(c: Arc<Conn>, to_h3: mpsc::Sender<Handed>) {
         let to_h3 = to_h3.clone();
         tokio::spawn(async move {
             let limit = c.ctx.services.handshake_timeout();
-            match tokio::time::timeout(limit, sort_stream(&c, send, recv, to_h3)).await {
+            // Boxed: its buffers are gone once the request is read, where the task (which
+            // lives as long as the stream) would keep room for them all along.
+            let sorted = Box::pin(sort_stream(&c, send, recv, to_h3));
+            match tokio::time::timeout(limit, sorted).await {
                 Ok(Err(e)) => tracing::debug!("[{}] hysteria: stream: {e}", c.ctx.tag),
                 Err(_) => {
                     tracing::debug!("[{}] hysteria: stream sent no request in time", c.ctx.tag)
@@ -360,7 +363,9 @@ async fn sort_stream(
             None => return Ok(None),
         }
     };
-    let ahead = buf.split_off(used).freeze();
+    // Copied out: a slice would keep the whole read buffer for the stream's life.
+    let ahead = Bytes::copy_from_slice(&buf[used..]);
+    drop(buf);
     // As Xray: OK before dialing (a failed dial closes the stream).
     send.write_all(&codec::tcp_response(true, ""))
         .await

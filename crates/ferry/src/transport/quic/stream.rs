@@ -30,6 +30,10 @@ impl AsyncRead for QuicStream {
             let n = self.ahead.len().min(buf.remaining());
             buf.put_slice(&self.ahead[..n]);
             self.ahead.advance(n);
+            if self.ahead.is_empty() {
+                // Let go of the allocation it came from.
+                self.ahead = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         match Pin::new(&mut self.recv).poll_read(cx, buf) {
