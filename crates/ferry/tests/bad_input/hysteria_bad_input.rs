@@ -379,3 +379,53 @@ async fn a_proxy_masquerade_forwards_to_its_site() {
     let get = http::Request::get("https://hy.test/").body(()).unwrap();
     assert_eq!(ask(&mut send, get).await.0, 502);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_http3_frame_is_cut_and_strangers_get_few_streams() {
+    let dir = tempdir();
+    let (_inst, port) = server(&dir).await;
+    let conn = connect(port).await;
+    // A HEADERS frame claiming 2^30 bytes, then junk for as long as the server reads it.
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    send.write_all(&[0x01, 0xc0, 0, 0, 0, 0x40, 0, 0, 0])
+        .await
+        .unwrap();
+    let junk = vec![0x55u8; 64 << 10];
+    let mut sent = 0usize;
+    let cut = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if send.write_all(&junk).await.is_err() {
+                return true;
+            }
+            sent += junk.len();
+            if sent > 64 << 20 {
+                return false;
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    assert!(
+        cut,
+        "the server read {sent} bytes of one frame without stopping it"
+    );
+    // What the client had sent before it heard: the stream's flow-control window (8 MiB).
+    assert!(sent < 16 << 20, "stopped only after {sent} bytes");
+    // The connection and the site still work.
+    let mut h = h3(&conn).await;
+    let get = http::Request::get("https://hy.test/").body(()).unwrap();
+    assert_eq!(ask(&mut h, get).await.0, 200);
+    // Before authentication at most 32 streams are open at once.
+    let mut held = Vec::new();
+    let mut opened = 0;
+    for _ in 0..40 {
+        match tokio::time::timeout(Duration::from_millis(300), conn.open_bi()).await {
+            Ok(Ok(s)) => {
+                held.push(s);
+                opened += 1;
+            }
+            _ => break,
+        }
+    }
+    assert!(opened <= 32, "a stranger opened {opened} streams");
+}

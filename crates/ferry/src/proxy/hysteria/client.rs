@@ -70,6 +70,8 @@ pub struct Client {
 
 /// QUIC connections one outbound keeps at most.
 const MAX_CONNS: usize = 16;
+/// A QUIC handshake and the authentication, at most.
+const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Client {
     pub fn new(side: ClientSide) -> Client {
@@ -86,9 +88,22 @@ impl Client {
         if let Some(c) = g.first() {
             return Ok(c.clone());
         }
-        let c = Arc::new(self.dial().await?);
+        let c = Arc::new(self.dial_within().await?);
         g.push(c.clone());
         Ok(c)
+    }
+
+    /// [`Client::dial`] within [`DIAL_TIMEOUT`] (a server that never answers the
+    /// authentication must not hold every dial behind it).
+    async fn dial_within(&self) -> io::Result<Conn> {
+        tokio::time::timeout(DIAL_TIMEOUT, self.dial())
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "hysteria: the server did not answer in time",
+                )
+            })?
     }
 
     /// A new stream on a live connection with room for one, dialing another connection when
@@ -106,7 +121,7 @@ impl Client {
                 }
             }
             if g.len() < MAX_CONNS {
-                let c = Arc::new(self.dial().await?);
+                let c = Arc::new(self.dial_within().await?);
                 g.push(c.clone());
                 c
             } else {

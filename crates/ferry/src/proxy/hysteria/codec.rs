@@ -222,7 +222,9 @@ impl UdpMessage {
             frag,
             frags,
             addr,
-            data: b.slice(end..),
+            // Copied: a slice would keep quinn's whole receive buffer (a batch of datagrams)
+            // for as long as a fragment or a queued packet waits.
+            data: Bytes::copy_from_slice(&b[end..]),
         })
     }
 }

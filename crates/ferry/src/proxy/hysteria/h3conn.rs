@@ -19,31 +19,63 @@ pub struct Handed {
     pub read: Bytes,
 }
 
-/// The connection `h3` serves: its streams of control and QPACK (unidirectional, quinn's as
-/// `h3-quinn` wraps them) and the request streams handed to it.
+/// Bytes one request stream may bring to HTTP/3 (its head and body): `h3` holds a frame whole
+/// before it looks at its length, so a stranger's endless frame must end somewhere.
+const MAX_REQUEST: usize = 256 << 10;
+/// Bytes one unidirectional stream (control, QPACK) may bring.
+const MAX_UNI: usize = 64 << 10;
+
+/// The connection `h3` serves: its streams of control and QPACK (unidirectional) and the
+/// request streams handed to it, each read through a byte cap.
 pub struct H3Conn {
     inner: h3_quinn::Connection,
     handed: mpsc::Receiver<Handed>,
+    uni: mpsc::Receiver<quinn::RecvStream>,
 }
 
 impl H3Conn {
+    /// Takes the connection's unidirectional streams itself (a task, ended with the
+    /// connection) and the bidirectional ones from `handed`.
     pub fn new(conn: quinn::Connection, handed: mpsc::Receiver<Handed>) -> H3Conn {
+        let (tx, uni) = mpsc::channel(4);
+        let c = conn.clone();
+        tokio::spawn(async move {
+            while let Ok(s) = c.accept_uni().await {
+                if tx.send(s).await.is_err() {
+                    return;
+                }
+            }
+        });
         H3Conn {
             inner: h3_quinn::Connection::new(conn),
             handed,
+            uni,
         }
     }
 }
 
+fn id_of(n: u64) -> Result<StreamId, ConnectionErrorIncoming> {
+    // quinn's ids are QUIC stream ids (varints), which h3 takes as they are.
+    StreamId::try_from(n).map_err(|e| ConnectionErrorIncoming::InternalError(e.to_string()))
+}
+
 impl<B: Buf> quic::Connection<B> for H3Conn {
-    type RecvStream = h3_quinn::RecvStream;
+    type RecvStream = Recv;
     type OpenStreams = Opener;
 
     fn poll_accept_recv(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Self::RecvStream, ConnectionErrorIncoming>> {
-        <h3_quinn::Connection as quic::Connection<B>>::poll_accept_recv(&mut self.inner, cx)
+        match std::task::ready!(self.uni.poll_recv(cx)) {
+            Some(s) => {
+                let id = id_of(s.id().into())?;
+                Poll::Ready(Ok(Recv::new(s, Bytes::new(), id, MAX_UNI)))
+            }
+            None => Poll::Ready(Err(ConnectionErrorIncoming::ApplicationClose {
+                error_code: 0x100,
+            })),
+        }
     }
 
     fn poll_accept_bidi(
@@ -52,13 +84,10 @@ impl<B: Buf> quic::Connection<B> for H3Conn {
     ) -> Poll<Result<Self::BidiStream, ConnectionErrorIncoming>> {
         match std::task::ready!(self.handed.poll_recv(cx)) {
             Some(h) => {
-                // quinn's ids are QUIC stream ids (varints), which h3 takes as they are.
-                let n: u64 = h.send.id().into();
-                let id = StreamId::try_from(n)
-                    .map_err(|e| ConnectionErrorIncoming::InternalError(e.to_string()))?;
+                let id = id_of(h.send.id().into())?;
                 Poll::Ready(Ok(Bidi {
                     send: Send::new(h.send, id),
-                    recv: Recv::new(h.recv, h.read, id),
+                    recv: Recv::new(h.recv, h.read, id, MAX_REQUEST),
                 }))
             }
             None => Poll::Ready(Err(ConnectionErrorIncoming::ApplicationClose {
@@ -156,13 +185,16 @@ pub struct Recv {
     s: quinn::RecvStream,
     id: StreamId,
     read: Option<Bytes>,
+    /// Bytes it may still bring.
+    left: usize,
 }
 
 impl Recv {
-    fn new(s: quinn::RecvStream, read: Bytes, id: StreamId) -> Self {
+    fn new(s: quinn::RecvStream, read: Bytes, id: StreamId, cap: usize) -> Self {
         Recv {
             s,
             id,
+            left: cap.saturating_sub(read.len()),
             read: Some(read).filter(|b| !b.is_empty()),
         }
     }
@@ -227,6 +259,14 @@ impl quic::RecvStream for Recv {
         let mut rb = ReadBuf::new(&mut buf);
         std::task::ready!(std::pin::Pin::new(&mut self.s).poll_read(cx, &mut rb))
             .map_err(io_err)?;
+        let n = rb.filled().len();
+        if n > self.left {
+            let _ = self.s.stop(VarInt::from_u32(0x10b));
+            return Poll::Ready(Err(StreamErrorIncoming::Unknown(
+                "an HTTP/3 stream over Ferry's limit".into(),
+            )));
+        }
+        self.left -= n;
         Poll::Ready(Ok(match rb.filled() {
             [] => None,
             b => Some(Bytes::copy_from_slice(b)),

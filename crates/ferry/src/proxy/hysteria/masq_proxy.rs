@@ -34,7 +34,7 @@ impl Body for Once {
 }
 
 /// The largest request body forwarded.
-const MAX_BODY: usize = 1 << 20;
+const MAX_BODY: usize = 128 << 10;
 
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -92,7 +92,7 @@ pub async fn forward(
         while chunk.has_remaining() {
             let c = chunk.chunk();
             if body.len() + c.len() > MAX_BODY {
-                return Err(io::Error::other("request body over 1 MiB"));
+                return Err(io::Error::other("request body over 128 KiB"));
             }
             body.extend_from_slice(c);
             let n = c.len();

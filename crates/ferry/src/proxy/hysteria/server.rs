@@ -36,6 +36,9 @@ pub struct ServerSide {
     pub masq_tls: Option<Arc<crate::transport::tls::TlsLayer>>,
 }
 
+/// Streams an unauthenticated connection may have open at once.
+const STRANGER_STREAMS: u32 = 32;
+
 /// Closes the endpoint (and with it every connection) when the inbound stops.
 struct CloseOnDrop(quinn::Endpoint);
 
@@ -57,9 +60,11 @@ pub async fn serve(
     while let Some(incoming) = endpoint.accept().await {
         let rate = Rate::new(0);
         let mut sc = quinn::ServerConfig::with_crypto(side.tls.clone());
-        sc.transport_config(Arc::new(
-            side.params.transport(&Defaults::HYSTERIA, rate.clone()),
-        ));
+        let mut t = side.params.transport(&Defaults::HYSTERIA, rate.clone());
+        // A stranger gets a few streams (the masquerade site); a user gets the rest once
+        // authenticated.
+        t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(STRANGER_STREAMS));
+        sc.transport_config(Arc::new(t));
         let mut ctx = ctx.clone();
         ctx.info = ConnInfo::new(incoming.remote_address().into(), ctx.info.local.clone());
         let inbound = inbound.clone();
@@ -125,7 +130,16 @@ async fn serve_conn(
             Ok(Some(resolver)) => {
                 let c = c.clone();
                 tokio::spawn(async move {
-                    match resolver.resolve_request().await {
+                    let limit = c.ctx.services.handshake_timeout();
+                    let Ok(resolved) =
+                        tokio::time::timeout(limit, resolver.resolve_request()).await
+                    else {
+                        return tracing::debug!(
+                            "[{}] hysteria: no request head in time",
+                            c.ctx.tag
+                        );
+                    };
+                    match resolved {
                         Ok((req, stream)) => {
                             if let Err(e) = answer(&c, req, stream).await {
                                 tracing::debug!("[{}] hysteria: request: {e}", c.ctx.tag);
@@ -179,18 +193,28 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
         });
         if let Some(account) = known {
             let client_rx: u64 = header("hysteria-cc-rx").parse().unwrap_or(0);
-            let first = c.user.get().is_none();
+            // A client that announced no datagram size (hysteria 2.8.2 onward, Xray 26.5.3
+            // onward after 2026-09-01) cannot be sent datagrams by quinn: it is told there is
+            // no UDP rather than losing every reply, and what it sends is dropped.
+            let udp = c.quic.max_datagram_size().is_some();
+            // Set once, by whichever of two concurrent authentications comes first.
+            let first = c.user.set(account.clone()).is_ok();
             if first {
-                let _ = c.user.set(account.clone());
                 let rate = send_rate(&c.inbound.side.params, client_rx);
                 c.rate.set(rate);
                 log_congestion(&c.ctx.tag, &c.ctx.info.source, &c.inbound.side.params, rate);
-                start_user(c, &account);
+                // Now a user's: the streams it may open, up from a stranger's.
+                let streams = c
+                    .inbound
+                    .side
+                    .params
+                    .max_incoming_streams
+                    .unwrap_or(Defaults::HYSTERIA.max_incoming_streams);
+                c.quic.set_max_concurrent_bi_streams(
+                    quinn::VarInt::from_u64(streams).unwrap_or(quinn::VarInt::MAX),
+                );
+                start_user(c, &account, udp);
             }
-            // A client that announced no datagram size (hysteria 2.8.2 onward, Xray 26.5.3
-            // onward after 2026-09-01) cannot be sent datagrams by quinn: it is told there is
-            // no UDP rather than losing every reply.
-            let udp = c.quic.max_datagram_size().is_some();
             if !udp && first {
                 tracing::info!(
                     "[{}] hysteria: {} announced no QUIC datagram size: UDP off for it",
@@ -209,18 +233,32 @@ async fn answer(c: &Arc<Conn>, req: http::Request<()>, mut stream: Stream) -> io
                 .body(())
                 .map_err(io::Error::other)?;
             stream.send_response(resp).await.map_err(h3e)?;
-            return stream.finish().await.map_err(h3e);
+            stream.finish().await.map_err(h3e)?;
+            drain(&mut stream).await;
+            return Ok(());
         }
         c.ctx.reject("hysteria", "auth", &"unknown hysteria-auth");
     }
     let side = &c.inbound.side;
-    super::masq::answer(
+    let answered = super::masq::answer(
         &side.masquerade,
         side.masq_tls.as_deref(),
         &req,
         &mut stream,
     )
-    .await
+    .await;
+    drain(&mut stream).await;
+    answered
+}
+
+/// Reads what the client still sends of a request already answered (its FIN, mostly), for a
+/// moment: dropping the stream unread would stop the client's sending, which HTTP/3 clients
+/// take as an error of the request they just finished.
+async fn drain(stream: &mut super::h3conn::Stream) {
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Ok(Some(_)) = stream.recv_data().await {}
+    })
+    .await;
 }
 
 /// Logs the controller chosen for a connection (in Xray's words).
@@ -250,7 +288,7 @@ fn send_rate(p: &quic::QuicParams, client_rx: u64) -> u64 {
 
 /// After the first authentication: UDP sessions start, and the connection is cut when the
 /// user is removed.
-fn start_user(c: &Arc<Conn>, account: &Account) {
+fn start_user(c: &Arc<Conn>, account: &Account, udp: bool) {
     let revoked = account.user.traffic.revoked.clone();
     let quic = c.quic.clone();
     let tag = c.ctx.tag.clone();
@@ -264,6 +302,9 @@ fn start_user(c: &Arc<Conn>, account: &Account) {
             _ = quic.closed() => {}
         }
     });
+    if !udp {
+        return;
+    }
     let sessions = Sessions::new(c.quic.clone());
     let c = c.clone();
     let idle = c.inbound.side.udp_idle;

@@ -206,6 +206,12 @@ pub async fn read_loop(sessions: Arc<Sessions>, mut unknown: impl FnMut(UdpMessa
             unknown(m);
         }
     }
+    // The connection is gone: every session's reader ends (its channel closes).
+    sessions
+        .map
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
 }
 
 /// Bytes of a UDP message, for tests.
