@@ -28,7 +28,7 @@ const MAX_UNI: usize = 64 << 10;
 /// The connection `h3` serves: its streams of control and QPACK (unidirectional) and the
 /// request streams handed to it, each read through a byte cap.
 pub struct H3Conn {
-    inner: h3_quinn::Connection,
+    opener: Opener,
     handed: mpsc::Receiver<Handed>,
     uni: mpsc::Receiver<quinn::RecvStream>,
 }
@@ -47,7 +47,9 @@ impl H3Conn {
             }
         });
         H3Conn {
-            inner: h3_quinn::Connection::new(conn),
+            opener: Opener(quic::Connection::<Bytes>::opener(
+                &h3_quinn::Connection::new(conn),
+            )),
             handed,
             uni,
         }
@@ -97,32 +99,31 @@ impl<B: Buf> quic::Connection<B> for H3Conn {
     }
 
     fn opener(&self) -> Self::OpenStreams {
-        Opener(<h3_quinn::Connection as quic::Connection<B>>::opener(
-            &self.inner,
-        ))
+        self.opener.clone()
     }
 }
 
+/// The connection opens streams as its [`Opener`] does.
 impl<B: Buf> quic::OpenStreams<B> for H3Conn {
     type BidiStream = Bidi<B>;
     type SendStream = h3_quinn::SendStream<B>;
 
     fn poll_open_bidi(
         &mut self,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Result<Self::BidiStream, StreamErrorIncoming>> {
-        Poll::Ready(Err(no_server_bidi()))
+        quic::OpenStreams::<B>::poll_open_bidi(&mut self.opener, cx)
     }
 
     fn poll_open_send(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Self::SendStream, StreamErrorIncoming>> {
-        <h3_quinn::Connection as quic::OpenStreams<B>>::poll_open_send(&mut self.inner, cx)
+        quic::OpenStreams::<B>::poll_open_send(&mut self.opener, cx)
     }
 
     fn close(&mut self, code: h3::error::Code, reason: &[u8]) {
-        <h3_quinn::Connection as quic::OpenStreams<B>>::close(&mut self.inner, code, reason)
+        quic::OpenStreams::<B>::close(&mut self.opener, code, reason)
     }
 }
 
@@ -131,6 +132,7 @@ fn no_server_bidi() -> StreamErrorIncoming {
 }
 
 /// `h3-quinn`'s opener, with this module's bidirectional streams (never opened by a server).
+#[derive(Clone)]
 pub struct Opener(h3_quinn::OpenStreams);
 
 impl<B: Buf> quic::OpenStreams<B> for Opener {

@@ -83,11 +83,7 @@ impl fmt::Debug for Hopping {
 }
 
 fn fresh(server: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>> {
-    let bind: SocketAddr = match server {
-        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let s = std::net::UdpSocket::bind(bind)?;
+    let s = super::socket::bind_for(server)?;
     s.set_nonblocking(true)?;
     TokioRuntime.wrap_udp_socket(s)
 }

@@ -144,13 +144,7 @@ pub fn client(
             hop::Hopping::run(Arc::downgrade(&hopping), h.clone());
             socket::wrap_socket(hopping, masks)
         }
-        None => {
-            let bind: SocketAddr = match server {
-                SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
-                SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
-            };
-            socket::wrap(std::net::UdpSocket::bind(bind)?, masks)?
-        }
+        None => socket::wrap(socket::bind_for(server)?, masks)?,
     };
     Endpoint::new_with_abstract_socket(
         EndpointConfig::default(),

@@ -13,6 +13,15 @@ use quinn::{AsyncUdpSocket, Runtime, TokioRuntime, UdpPoller};
 
 use crate::transport::udpmask::UdpMasks;
 
+/// A fresh UDP socket on any local address of `server`'s family.
+pub fn bind_for(server: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let any: SocketAddr = match server {
+        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    std::net::UdpSocket::bind(any)
+}
+
 /// `socket` as a QUIC endpoint's socket, masked by `masks`.
 pub fn wrap(socket: std::net::UdpSocket, masks: &UdpMasks) -> io::Result<Arc<dyn AsyncUdpSocket>> {
     socket.set_nonblocking(true)?;
@@ -55,7 +64,6 @@ impl AsyncUdpSocket for Masked {
 
     fn try_send(&self, t: &Transmit) -> io::Result<()> {
         let mut out = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let mut one = Vec::new();
         let seg = t.segment_size.unwrap_or(t.contents.len()).max(1);
         if !self.masks.fixed_overhead() {
             for datagram in t.contents.chunks(seg) {
@@ -74,8 +82,7 @@ impl AsyncUdpSocket for Masked {
         // last growing by the same overhead.
         out.clear();
         for datagram in t.contents.chunks(seg) {
-            self.masks.encode(datagram, &mut one);
-            out.extend_from_slice(&one);
+            self.masks.append(datagram, &mut out);
         }
         let segment_size = t
             .segment_size

@@ -107,9 +107,8 @@ impl TlsSettings {
         self.server_config_for(suites::aes_hardware())
     }
 
-    /// The rustls server config answering with Go's cipher order when AES-GCM comes first
-    /// (`aes`: AES hardware here and a client preferring it) or ChaCha20 does.
-    fn server_config_for(&self, aes: bool) -> Result<ServerConfig, String> {
+    /// The server's certificates, picked by SNI.
+    fn resolver(&self) -> Result<certs::Resolver, String> {
         let serving: Vec<_> = self
             .certificates
             .iter()
@@ -119,7 +118,13 @@ impl TlsSettings {
         if serving.is_empty() {
             return Err("a TLS inbound needs a certificate (certificates[])".into());
         }
-        let resolver = certs::Resolver::new(serving, self.reject_unknown_sni);
+        Ok(certs::Resolver::new(serving, self.reject_unknown_sni))
+    }
+
+    /// The rustls server config answering with Go's cipher order when AES-GCM comes first
+    /// (`aes`: AES hardware here and a client preferring it) or ChaCha20 does.
+    fn server_config_for(&self, aes: bool) -> Result<ServerConfig, String> {
+        let resolver = self.resolver()?;
         let mut c = ServerConfig::builder_with_provider(suites::server_provider(aes))
             .with_protocol_versions(&self.versions())
             .map_err(|e| e.to_string())?
@@ -144,16 +149,7 @@ impl TlsSettings {
     /// The rustls server config for QUIC: TLS 1.3 only, ALPN as configured (`h3` when none
     /// is), no session tickets (Xray's QUIC servers take no 0-RTT).
     pub fn quic_server_config(&self) -> Result<ServerConfig, String> {
-        let serving: Vec<_> = self
-            .certificates
-            .iter()
-            .filter(|c| c.usage == Usage::Encipherment)
-            .cloned()
-            .collect();
-        if serving.is_empty() {
-            return Err("a TLS inbound needs a certificate (certificates[])".into());
-        }
-        let resolver = certs::Resolver::new(serving, self.reject_unknown_sni);
+        let resolver = self.resolver()?;
         let mut c = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?

@@ -48,17 +48,24 @@ impl UdpMasks {
     /// Writes the wire form of `datagram` into `out` (cleared first): the innermost mask first.
     pub fn encode(&self, datagram: &[u8], out: &mut Vec<u8>) {
         out.clear();
-        let mut masks = self.0.iter().rev();
-        let Some(first) = masks.next() else {
-            out.extend_from_slice(datagram);
-            return;
-        };
-        first.encode(datagram, out);
-        let mut tmp = Vec::new();
-        for m in masks {
-            std::mem::swap(out, &mut tmp);
-            out.clear();
-            m.encode(&tmp, out);
+        self.append(datagram, out);
+    }
+
+    /// Appends the wire form of `datagram` to `out` (one mask writes straight into it).
+    pub fn append(&self, datagram: &[u8], out: &mut Vec<u8>) {
+        match &self.0[..] {
+            [] => out.extend_from_slice(datagram),
+            [one] => one.encode(datagram, out),
+            [outer @ .., inner] => {
+                let mut cur = Vec::new();
+                inner.encode(datagram, &mut cur);
+                for m in outer.iter().rev() {
+                    let mut next = Vec::with_capacity(cur.len() + m.overhead());
+                    m.encode(&cur, &mut next);
+                    cur = next;
+                }
+                out.extend_from_slice(&cur);
+            }
         }
     }
 
