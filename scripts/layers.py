@@ -47,6 +47,7 @@ LAYERS = {
         ("sniffing", 1),
         # transport and its settings
         ("transport", 2),
+        ("netstack", 2),
         ("config::stream", 2),
         ("config::tls", 2),
         ("config::reality", 2),

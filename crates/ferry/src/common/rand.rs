@@ -14,6 +14,13 @@ pub fn fill(buf: &mut [u8]) {
     }
 }
 
+/// A random `u64`.
+pub fn u64() -> u64 {
+    let mut b = [0u8; 8];
+    fill(&mut b);
+    u64::from_le_bytes(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::fill;
