@@ -24,6 +24,7 @@ pub mod trojan;
 pub mod udp;
 pub mod vless;
 pub mod vmess;
+pub mod wireguard;
 
 use std::io;
 use std::sync::Arc;

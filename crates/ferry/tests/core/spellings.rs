@@ -139,6 +139,24 @@ fn every_spelling_is_accepted_by_both() {
                     "sessionIDPlacement":"query","sessionIDKey":"sid"}}}}}}"#
             )),
         ),
+        (
+            "wireguard WARP outbound as 3x-ui writes it",
+            r#"{"outbounds":[{"tag":"warp","protocol":"wireguard","settings":{"mtu":1420,
+                "secretKey":"8N8KFs4qCyI3rF+Mpbrr0U2+e7zVRl7Fw/u1dhdf4Gk=",
+                "address":["172.16.0.2/32","2606:4700:110:8a36:df92:102a:9602:fa18/128"],
+                "reserved":[78,135,76],"domainStrategy":"ForceIP","workers":2,"kernelMode":false,
+                "peers":[{"publicKey":"bmXOC+F1FxEMF9dyiK2H5/1SUtzH0JuVo51h2wPfgyo=",
+                  "allowedIPs":["0.0.0.0/0","::/0"],"endpoint":"engage.cloudflareclient.com:2408","keepAlive":0}]}}]}"#
+                .into(),
+        ),
+        (
+            "wireguard inbound, base64 reserved, hex keys",
+            inbound(
+                r#"{"port":20107,"listen":"127.0.0.1","protocol":"wireguard","settings":{
+                  "secretKey":"5042f9d0c7d3f9e3a0ad6b4dc7bcd47d6b1b0c1f9a3e1e0e5d6c7b8a9f0e1d2c","reserved":"AQID",
+                  "peers":[{"publicKey":"F5W7kWjx06QvHqNDmu8M+NZP0LDG6lcOcOOcG8x3Yww=","allowedIPs":["10.66.0.2/32"]}]}}"#,
+            ),
+        ),
     ];
     for (name, cfg) in &cases {
         both_accept(name, cfg);
@@ -308,12 +326,6 @@ fn features_ferry_lacks_are_refused_naming_them() {
                 {"type":"field","port":"443","outboundTag":"d","webhook":{"url":"https://hook.test/x"}}]}}"#
                 .into(),
             "routing.rules[0].webhook.url: https webhooks are not supported yet",
-        ),
-        (
-            "wireguard outbound",
-            r#"{"outbounds":[{"protocol":"wireguard","settings":{"secretKey":"8N8KFs4qCyI3rF+Mpbrr0U2+e7zVRl7Fw/u1dhdf4Gk=","peers":[{"publicKey":"Ufhdr0RH8xLLIgcmeVmEHNKb0k6lj2gBsGbVzCFMlU0=","endpoint":"127.0.0.1:51820"}]}}]}"#
-                .into(),
-            "outbounds[0].protocol: \"wireguard\" is not supported yet",
         ),
     ];
     for (name, cfg, want) in &cases {

@@ -1,0 +1,139 @@
+"""Small network tools the namespace tests run inside a namespace (the test process cannot
+reach a namespace's own loopback): echo servers, and a SOCKS5 client that moves a pattern
+through a proxy and checks every byte comes back.
+
+  netns_tools.py echo HOST TCP_PORT UDP_PORT       TCP and UDP echo servers
+  netns_tools.py tcp PROXY_PORT HOST PORT BYTES    TCP through SOCKS5, echoed byte-exact
+  netns_tools.py udp PROXY_PORT HOST PORT COUNT    UDP through SOCKS5 UDP ASSOCIATE
+Prints "ok ..." and exits 0 on success; anything else is a failure.
+"""
+import hashlib
+import socket
+import socketserver
+import struct
+import sys
+import threading
+
+
+def pattern(n, seed=7):
+    out = bytearray()
+    block = hashlib.sha256(str(seed).encode()).digest()
+    while len(out) < n:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return bytes(out[:n])
+
+
+def echo(host, tcp_port, udp_port):
+    class T(socketserver.BaseRequestHandler):
+        def handle(self):
+            while True:
+                d = self.request.recv(65536)
+                if not d:
+                    break
+                self.request.sendall(d)
+            self.request.shutdown(socket.SHUT_WR)
+
+    class S(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+
+    srv = S((host, tcp_port), T)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((host, udp_port))
+    # A second socket answers from another port: replies from anywhere (full cone).
+    u2 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u2.bind((host, udp_port + 1))
+    print("ready", flush=True)
+    while True:
+        d, a = u.recvfrom(65536)
+        u.sendto(d, a)
+        if d.startswith(b"cone"):
+            u2.sendto(b"from-other-port", a)
+
+
+def socks_connect(proxy_port, host, port):
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=30)
+    s.sendall(b"\x05\x01\x00")
+    assert s.recv(2) == b"\x05\x00"
+    s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(host) + struct.pack(">H", port))
+    r = b""
+    while len(r) < 10:
+        c = s.recv(10 - len(r))
+        assert c, "proxy closed during CONNECT"
+        r += c
+    assert r[1] == 0, "CONNECT refused: %r" % r
+    return s
+
+
+def tcp(proxy_port, host, port, n):
+    data = pattern(n)
+    s = socks_connect(proxy_port, host, port)
+
+    def send():
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+
+    t = threading.Thread(target=send)
+    t.start()
+    got = bytearray()
+    while True:
+        c = s.recv(1 << 16)
+        if not c:
+            break
+        got += c
+    t.join()
+    if bytes(got) != data:
+        print("mismatch: %d of %d bytes back" % (len(got), n))
+        sys.exit(1)
+    print("ok tcp %d" % n)
+
+
+def udp(proxy_port, host, port, count):
+    c = socket.create_connection(("127.0.0.1", proxy_port), timeout=30)
+    c.sendall(b"\x05\x01\x00")
+    assert c.recv(2) == b"\x05\x00"
+    c.sendall(b"\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00")
+    r = c.recv(10)
+    assert r[1] == 0, "UDP ASSOCIATE refused"
+    relay = (socket.inet_ntoa(r[4:8]), struct.unpack(">H", r[8:10])[0])
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(3)
+    head = b"\x00\x00\x00\x01" + socket.inet_aton(host) + struct.pack(">H", port)
+    ok = 0
+    for i in range(count):
+        msg = b"dgram-%d-" % i + pattern(1000, i)
+        for _ in range(5):
+            u.sendto(head + msg, relay)
+            try:
+                d, _ = u.recvfrom(65536)
+            except socket.timeout:
+                continue
+            if d[10:] == msg:
+                ok += 1
+                break
+    cone = False
+    u.sendto(head + b"cone", relay)
+    try:
+        for _ in range(4):
+            d, _ = u.recvfrom(65536)
+            if d[10:] == b"from-other-port" and struct.unpack(">H", d[8:10])[0] == port + 1:
+                cone = True
+                break
+    except socket.timeout:
+        pass
+    if ok != count:
+        print("only %d of %d datagrams echoed" % (ok, count))
+        sys.exit(1)
+    print("ok udp %d cone=%s" % (ok, cone))
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "echo":
+        echo(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "tcp":
+        tcp(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == "udp":
+        udp(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
