@@ -17,4 +17,5 @@ mod socks_http_bad_input;
 mod ssr_bad_input;
 mod transports_bad_input;
 mod vision_bad_input;
+mod wireguard_bad_input;
 mod xhttp_bad_input;

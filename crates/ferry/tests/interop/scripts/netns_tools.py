@@ -5,6 +5,7 @@ through a proxy and checks every byte comes back.
   netns_tools.py echo HOST TCP_PORT UDP_PORT       TCP and UDP echo servers
   netns_tools.py tcp PROXY_PORT HOST PORT BYTES    TCP through SOCKS5, echoed byte-exact
   netns_tools.py udp PROXY_PORT HOST PORT COUNT    UDP through SOCKS5 UDP ASSOCIATE
+A PROXY_PORT of 0 means no proxy: straight to HOST:PORT (a route may send it into a tunnel).
 Prints "ok ..." and exits 0 on success; anything else is a failure.
 """
 import hashlib
@@ -69,7 +70,10 @@ def socks_connect(proxy_port, host, port):
 
 def tcp(proxy_port, host, port, n):
     data = pattern(n)
-    s = socks_connect(proxy_port, host, port)
+    if proxy_port == 0:
+        s = socket.create_connection((host, port), timeout=30)
+    else:
+        s = socks_connect(proxy_port, host, port)
 
     def send():
         s.sendall(data)
@@ -90,7 +94,30 @@ def tcp(proxy_port, host, port, n):
     print("ok tcp %d" % n)
 
 
+def udp_direct(host, port, count):
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(3)
+    ok = 0
+    for i in range(count):
+        msg = b"dgram-%d-" % i + pattern(1000, i)
+        for _ in range(5):
+            u.sendto(msg, (host, port))
+            try:
+                d, _ = u.recvfrom(65536)
+            except socket.timeout:
+                continue
+            if d == msg:
+                ok += 1
+                break
+    if ok != count:
+        print("only %d of %d datagrams echoed" % (ok, count))
+        sys.exit(1)
+    print("ok udp %d cone=True" % ok)
+
+
 def udp(proxy_port, host, port, count):
+    if proxy_port == 0:
+        return udp_direct(host, port, count)
     c = socket.create_connection(("127.0.0.1", proxy_port), timeout=30)
     c.sendall(b"\x05\x01\x00")
     assert c.recv(2) == b"\x05\x00"
