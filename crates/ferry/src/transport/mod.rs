@@ -274,6 +274,11 @@ pub trait PacketConn: Send + Sync + 'static {
     async fn ready(&self) -> io::Result<()> {
         Ok(())
     }
+
+    /// The kernel UDP socket under this channel, if there is one (for its buffer sizes).
+    fn udp_socket(&self) -> Option<&tokio::net::UdpSocket> {
+        None
+    }
 }
 
 /// Turns a destination into a stream or a packet channel. Every outbound is one, and so is
@@ -353,6 +358,9 @@ impl PacketConn for ConnectedUdp {
     }
     async fn ready(&self) -> io::Result<()> {
         self.0.readable().await
+    }
+    fn udp_socket(&self) -> Option<&tokio::net::UdpSocket> {
+        Some(&self.0)
     }
 }
 

@@ -31,6 +31,17 @@ use crate::transport::PacketConn;
 const HANDSHAKES_PER_SECOND: u64 = 100;
 /// How often the peers' timers run (wireguard-go and boringtun: 250 ms or less).
 const TICK: Duration = Duration::from_millis(250);
+/// Kernel buffers of a WireGuard UDP socket: a TCP window's burst of datagrams must fit, or
+/// the stack inside sees loss where there is none.
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Asks for [`SOCKET_BUFFER`] on a UDP socket (the kernel caps it at `net.core.[rw]mem_max`).
+pub fn size_buffers(s: &UdpSocket) {
+    let r = socket2::SockRef::from(s);
+    let _ = r.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = r.set_send_buffer_size(SOCKET_BUFFER);
+}
+
 /// Room for one datagram or one IP packet and WireGuard's overhead.
 pub const BUF: usize = 65536 + 64;
 

@@ -100,6 +100,7 @@ impl InboundHandler for Inbound {
     }
 
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
+        device::size_buffers(&socket);
         let (out, packets) = mpsc::channel(1024);
         let holder: Arc<Mutex<Option<Arc<Udp>>>> = Arc::new(Mutex::new(None));
         let udp_in = Arc::new(Forward(holder.clone()));

@@ -124,6 +124,9 @@ impl Outbound {
                 Address::Ip(_) => to,
             };
             let conn = self.dialer.dial_udp(&to).await?;
+            if let Some(s) = conn.udp_socket() {
+                device::size_buffers(s);
+            }
             let peer = dev.add_peer(p, Link::Conn(conn, to), None);
             tasks.push(
                 tokio::spawn(device::receive_loop(Arc::downgrade(&dev), peer.clone()))
