@@ -178,7 +178,7 @@ bin = "xray"
 args = ["run", "-c", "{{config}}"]
 config = '''{"inbounds": [{"listen": "127.0.0.1", "port": {{entry_port}}, "protocol": "dokodemo-door",
   "settings": {"address": "127.0.0.1", "port": {{target_port}}, "network": "tcp"}}],
-  "outbounds": [{"protocol": "wireguard", "settings": {}}]}'''
+  "outbounds": [{"protocol": "loopback", "settings": {"inboundTag": "nowhere"}}]}'''
 listen = ["entry_port"]
 [impl.ferry]
 same_as = "xray"
