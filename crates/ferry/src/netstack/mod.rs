@@ -104,8 +104,29 @@ pub struct Stack {
     inner: Arc<Inner>,
 }
 
+/// How much faster than real time the TCP engine's clock runs. smoltcp holds its minimum
+/// retransmission timeout at a constant 1 s (RFC 6298's floor), five times the 200 ms that
+/// Linux and gVisor use, and it has no SACK: a burst lost to a peer's full socket buffer (Xray
+/// reads its WireGuard socket with the kernel's default 208 KiB) stalled a download for a
+/// whole second, and Xray's `downlinkOnly` (1 s once the client's upload ended) then closed it
+/// mid-transfer. On the engine's clock every timer counts five times faster, so its floor is
+/// Linux's 200 ms, its delayed ACK 2 ms, TIME-WAIT 2 s; RTT samples are measured on the same
+/// clock, so its estimates and cubic's curve stay consistent (cubic reaches its last window
+/// in a fifth of the time, as on a path with five times the round trip).
+const ENGINE_CLOCK: u32 = 5;
+
 fn smol_now(epoch: std::time::Instant) -> smoltcp::time::Instant {
-    smoltcp::time::Instant::from_micros(epoch.elapsed().as_micros() as i64)
+    smoltcp::time::Instant::from_micros((epoch.elapsed() * ENGINE_CLOCK).as_micros() as i64)
+}
+
+/// A real duration on the engine's clock.
+fn engine_duration(d: Duration) -> smoltcp::time::Duration {
+    smoltcp::time::Duration::from_micros((d * ENGINE_CLOCK).as_micros() as u64)
+}
+
+/// An engine-clock duration in real time.
+fn real_duration(d: smoltcp::time::Duration) -> Duration {
+    Duration::from_micros(d.total_micros()) / ENGINE_CLOCK
 }
 
 fn to_socket(e: smoltcp::wire::IpEndpoint) -> SocketAddr {
@@ -301,7 +322,9 @@ fn new_socket() -> stcp::Socket<'static> {
     );
     s.set_nagle_enabled(false);
     s.set_congestion_control(stcp::CongestionControl::Cubic);
-    s.set_timeout(Some(smoltcp::time::Duration::from_secs(120)));
+    s.set_timeout(Some(engine_duration(Duration::from_secs(120))));
+    // smoltcp's 10 ms delayed ACK, in real time.
+    s.set_ack_delay(Some(engine_duration(Duration::from_millis(10))));
     s
 }
 
@@ -415,7 +438,7 @@ async fn run(inner: Weak<Inner>) {
             st.after_poll(&i, &mut accepted);
             st.iface
                 .poll_delay(smol_now(st.epoch), &st.sockets)
-                .map(|d| Duration::from_micros(d.total_micros()))
+                .map(real_duration)
         };
         for p in tx.drain(..) {
             if i.out.send(p).await.is_err() {
