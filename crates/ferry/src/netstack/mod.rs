@@ -110,13 +110,14 @@ pub struct Stack {
 /// reads its WireGuard socket with the kernel's default 208 KiB) stalled a download for a
 /// whole second, and Xray's `downlinkOnly` (1 s once the client's upload ended) then closed it
 /// mid-transfer. On the engine's clock every timer counts five times faster, so its floor is
-/// Linux's 200 ms, its delayed ACK 2 ms, TIME-WAIT 2 s; RTT samples are measured on the same
+/// Linux's 200 ms and TIME-WAIT 2 s (the delayed ACK and the idle timeout are set in real time
+/// through [`engine_duration`]); RTT samples are measured on the same
 /// clock, so its estimates and cubic's curve stay consistent (cubic reaches its last window
 /// in a fifth of the time, as on a path with five times the round trip).
 const ENGINE_CLOCK: u32 = 5;
 
 fn smol_now(epoch: std::time::Instant) -> smoltcp::time::Instant {
-    smoltcp::time::Instant::from_micros((epoch.elapsed() * ENGINE_CLOCK).as_micros() as i64)
+    smoltcp::time::Instant::from_micros(engine_duration(epoch.elapsed()).total_micros() as i64)
 }
 
 /// A real duration on the engine's clock.
