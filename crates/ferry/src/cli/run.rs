@@ -17,6 +17,7 @@ fn describe(cfg: &Config) {
         let (ip, ports) = match &ib.listen {
             config::Listen::Ip(ip, ports) => (ip.to_string(), ports.clone()),
             config::Listen::Unix(p) => (p.text(), Vec::new()),
+            config::Listen::Device => ("its device".to_string(), Vec::new()),
         };
         let ports: Vec<String> = ports
             .iter()

@@ -1,8 +1,10 @@
 //! The one module with `unsafe`: thin wrappers over syscalls the standard library lacks
-//! (pipes and `splice(2)`, half-close on a raw fd, returning free heap pages to the kernel).
+//! (pipes and `splice(2)`, half-close on a raw fd, returning free heap pages to the kernel,
+//! opening a TUN device and setting its link up).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 
 /// Returns the heap pages the allocator keeps free to the kernel: called once the config is
 /// loaded and the instance started, so the garbage of loading (JSON trees, geodata read
@@ -100,6 +102,73 @@ pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
         return Err(e);
     }
     Ok(())
+}
+
+/// An interface request for `name` (truncated to the kernel's 15 bytes + NUL).
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ', '\0']) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name {name:?} is not 1 to 15 bytes without '/', space or NUL"),
+        ));
+    }
+    // SAFETY: ifreq is plain old data (a name array and a union of integers, addresses and a
+    // pointer); all zeroes is a valid value of each.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(r)
+}
+
+/// Opens a TUN device called `name` (created if absent, gone when the file closes unless made
+/// persistent elsewhere): IP packets without a protocol header (`IFF_TUN | IFF_NO_PI`), one
+/// queue, non-blocking. Its MTU is set to `mtu` and its link is set up; nothing else of the
+/// interface (addresses, routes) is touched. Needs a tokio runtime (the file is registered
+/// with its reactor).
+pub fn open_tun(name: &str, mtu: u32) -> io::Result<tokio::io::unix::AsyncFd<std::fs::File>> {
+    let mut req = ifreq(name)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open("/dev/net/tun")
+        .map_err(|e| io::Error::new(e.kind(), format!("/dev/net/tun: {e}")))?;
+    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads (and writes back the name into) the ifreq we pass by a valid
+    // pointer, on the tun fd we own.
+    if unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut req) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")));
+    }
+    let ctl =
+        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"))?;
+    let mut m = ifreq(name)?;
+    m.ifr_ifru.ifru_mtu = mtu as libc::c_int;
+    // SAFETY: SIOCSIFMTU reads the ifreq we pass by a valid pointer; `ctl` is our own socket.
+    if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCSIFMTU as _, &mut m) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("MTU {mtu} on {name}: {e}"),
+        ));
+    }
+    let mut f = ifreq(name)?;
+    // SAFETY: SIOCGIFFLAGS writes the flags into the ifreq we pass by a valid pointer.
+    if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut f) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFFLAGS succeeded, so the union holds the flags.
+    let flags = unsafe { f.ifr_ifru.ifru_flags };
+    f.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads the ifreq we pass by a valid pointer.
+    if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCSIFFLAGS as _, &mut f) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("link up {name}: {e}")));
+    }
+    // SAFETY: the File owns its fd, and nothing replaces or closes that fd while the AsyncFd
+    // owns the File (it is only read and written through it).
+    unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub enum Listen {
     Ip(IpAddr, Vec<(u16, u16)>),
     /// A unix socket: a path, `@abstract` or `@@padded` (the port is not used).
     Unix(UnixPath),
+    /// No listener: the inbound opens a device of its own (`tun`).
+    Device,
 }
 
 /// One inbound, ready to bind.
@@ -104,17 +106,24 @@ pub fn parse_inbound(
     let name = protocol_name(o)?;
     let builder =
         proxy::inbound_builder(&name).ok_or_else(|| unsupported_protocol(o, &name, "inbound"))?;
-    let listen = match parse_listen(o)? {
-        Ok(ip) => {
-            let (pp, pv) = o
-                .get("port")
-                .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
-            Listen::Ip(ip, parse_ports(pv, &pp)?)
-        }
-        Err(unix) => {
-            // Xray ignores the port of a unix listener.
-            o.ignore(&["port"]);
-            Listen::Unix(unix)
+    let portless = proxy::table::inbound(&name).is_some_and(|p| p.portless);
+    let listen = if portless {
+        // Xray reads neither for a TUN inbound.
+        o.ignore(&["port", "listen"]);
+        Listen::Device
+    } else {
+        match parse_listen(o)? {
+            Ok(ip) => {
+                let (pp, pv) = o
+                    .get("port")
+                    .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
+                Listen::Ip(ip, parse_ports(pv, &pp)?)
+            }
+            Err(unix) => {
+                // Xray ignores the port of a unix listener.
+                o.ignore(&["port"]);
+                Listen::Unix(unix)
+            }
         }
     };
     let ss = StreamSettings::parse(o, false)?;

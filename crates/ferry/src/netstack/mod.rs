@@ -302,6 +302,21 @@ impl Stack {
     pub fn connections(&self) -> usize {
         self.inner.lock().conns.len()
     }
+
+    /// A handle that does not keep the stack running (for what the stack itself holds).
+    pub fn downgrade(&self) -> WeakStack {
+        WeakStack(Arc::downgrade(&self.inner))
+    }
+}
+
+/// A [`Stack`] that may have stopped.
+#[derive(Clone)]
+pub struct WeakStack(Weak<Inner>);
+
+impl WeakStack {
+    pub fn upgrade(&self) -> Option<Stack> {
+        self.0.upgrade().map(|inner| Stack { inner })
+    }
 }
 
 impl Inner {

@@ -19,8 +19,10 @@ pub mod protocol;
 pub mod shadowsocks;
 pub mod shadowsocksr;
 pub mod socks;
+pub mod stack_in;
 pub mod table;
 pub mod trojan;
+pub mod tun;
 pub mod udp;
 pub mod vless;
 pub mod vmess;
@@ -154,11 +156,21 @@ pub trait InboundHandler: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Opens the device of an inbound without a listener (a protocol marked `portless`:
+    /// `tun`). Called once at start, so a device that cannot be opened fails the start; the
+    /// task serves it until it is dropped.
+    fn open_device(&self, _ctx: InboundCtx) -> io::Result<DeviceTask> {
+        Err(io::Error::other("this inbound has no device of its own"))
+    }
+
     /// The user manager of an inbound that has users (add/remove/list at run time).
     fn users(&self) -> Option<&dyn UserManager> {
         None
     }
 }
+
+/// What serves an inbound's own device until it fails or is dropped.
+pub type DeviceTask = std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>> + Send>>;
 
 /// Adds, removes and lists an inbound's users while it runs; live connections keep going.
 pub trait UserManager: Send + Sync {

@@ -25,6 +25,9 @@ pub struct Protocol {
     pub guarded: bool,
     /// Its outbound can carry Mux.Cool (`mux.enabled`).
     pub muxable: bool,
+    /// Its inbound opens a device of its own instead of listening (`tun`: no `listen`, no
+    /// `port`).
+    pub portless: bool,
     /// What the API reads and writes for it.
     pub api: Api,
     /// Its share links (`ferry link`).
@@ -123,6 +126,7 @@ impl Protocol {
             outbound: None,
             guarded: false,
             muxable: false,
+            portless: false,
             api: Api::NONE,
             links: Links::NONE,
         }

@@ -5,7 +5,7 @@
 use super::protocol::Protocol;
 use super::{
     blackhole, dns, dokodemo, freedom, http, hysteria, shadowsocks, shadowsocksr, socks, trojan,
-    vless, vmess, wireguard, InboundBuilder, OutboundBuilder,
+    tun, vless, vmess, wireguard, InboundBuilder, OutboundBuilder,
 };
 
 /// Every protocol, inbound and outbound.
@@ -23,10 +23,11 @@ pub const PROTOCOLS: &[&Protocol] = &[
     &shadowsocks::PROTOCOL,
     &shadowsocksr::PROTOCOL,
     &wireguard::PROTOCOL,
+    &tun::PROTOCOL,
 ];
 
 /// Protocols Xray/V2Ray have that Ferry does not have yet (for a clear config error).
-pub const KNOWN_ELSEWHERE: &[&str] = &["loopback", "mtproto", "tun"];
+pub const KNOWN_ELSEWHERE: &[&str] = &["loopback", "mtproto"];
 
 /// The protocol with an inbound called `name` (or its alias).
 pub fn inbound(name: &str) -> Option<&'static Protocol> {

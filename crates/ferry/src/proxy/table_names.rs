@@ -49,6 +49,7 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("transport/grpc/mod.rs", "http", "a URL scheme"),
     ("transport/xhttp/client/request.rs", "http", "a URL scheme"),
     ("config/mod.rs", "dns", "the config's dns object"),
+    ("proxy/tun/mod.rs", "dns", "a later Xray TUN setting's key"),
     ("app/dns/resolve.rs", "dns", "a config path in a message"),
     (
         "app/dispatcher/services.rs",

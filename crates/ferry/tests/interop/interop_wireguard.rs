@@ -28,7 +28,7 @@ pub(crate) enum Imp {
     Xray,
 }
 
-fn bin(imp: Imp) -> PathBuf {
+pub(crate) fn bin(imp: Imp) -> PathBuf {
     match imp {
         Imp::Ferry => env!("CARGO_BIN_EXE_ferry").into(),
         Imp::Xray => peer("xray"),

@@ -23,6 +23,7 @@ mod interop_ssr;
 mod interop_tls;
 mod interop_transports;
 mod interop_trojan;
+mod interop_tun;
 mod interop_vision;
 mod interop_vless;
 mod interop_vmess;

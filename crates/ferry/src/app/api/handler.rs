@@ -314,6 +314,7 @@ fn describe_inbound(st: &mut State, ib: &RunningInbound) -> pb::InboundHandlerCo
                 .collect(),
         ),
         crate::config::Listen::Unix(p) => (pb::Address::Domain(p.text()), Vec::new()),
+        crate::config::Listen::Device => (pb::Address::Domain(String::new()), Vec::new()),
     };
     let receiver = pb::ReceiverConfig {
         port_list: (!ports.is_empty()).then_some(pb::PortList { range: ports }),

@@ -184,6 +184,20 @@ async fn bind(ib: &Inbound, serve: &Arc<Serve>) -> io::Result<(Vec<(Network, End
             bound.push((Network::Tcp, local));
             tasks.0.push(tokio::spawn(serve.clone().accept_loop(l)));
         }
+        Listen::Device => {
+            let any: SocketAddr = ([0, 0, 0, 0], 0).into();
+            let ctx = serve.ctx(ConnInfo::new(any.into(), any.into()));
+            let task = ib
+                .handler
+                .open_device(ctx)
+                .map_err(|e| io::Error::new(e.kind(), format!("inbound {:?}: {e}", ib.tag)))?;
+            let tag = ib.tag.clone();
+            tasks.0.push(tokio::spawn(async move {
+                if let Err(e) = task.await {
+                    tracing::error!("inbound {tag:?} stopped: {e}");
+                }
+            }));
+        }
     }
     for addr in addrs {
         if ib.handler.networks().contains(&Network::Tcp) {

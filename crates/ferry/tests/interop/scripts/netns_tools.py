@@ -5,6 +5,7 @@ through a proxy and checks every byte comes back.
   netns_tools.py echo HOST TCP_PORT UDP_PORT       TCP and UDP echo servers
   netns_tools.py tcp PROXY_PORT HOST PORT BYTES    TCP through SOCKS5, echoed byte-exact
   netns_tools.py udp PROXY_PORT HOST PORT COUNT    UDP through SOCKS5 UDP ASSOCIATE
+  netns_tools.py http HOST PORT NAME               an HTTP request for NAME, echoed whole
 A PROXY_PORT of 0 means no proxy: straight to HOST:PORT (a route may send it into a tunnel).
 Prints "ok ..." and exits 0 on success; anything else is a failure.
 """
@@ -112,7 +113,37 @@ def udp_direct(host, port, count):
     if ok != count:
         print("only %d of %d datagrams echoed" % (ok, count))
         sys.exit(1)
-    print("ok udp %d cone=True" % ok)
+    cone = False
+    u.sendto(b"cone", (host, port))
+    try:
+        for _ in range(4):
+            d, a = u.recvfrom(65536)
+            if d == b"from-other-port" and a[1] == port + 1:
+                cone = True
+                break
+    except socket.timeout:
+        pass
+    print("ok udp %d cone=%s" % (ok, cone))
+
+
+def http(host, port, name):
+    """Sends an HTTP request whose Host is NAME (what sniffing reads) to the echo server."""
+    req = b"GET / HTTP/1.1\r\nHost: %s\r\nUser-Agent: netns-tools\r\n\r\n" % name.encode()
+    s = socket.create_connection((host, port), timeout=10)
+    s.sendall(req)
+    got = b""
+    try:
+        while len(got) < len(req):
+            c = s.recv(4096)
+            if not c:
+                break
+            got += c
+    except (socket.timeout, ConnectionResetError):
+        pass
+    if got != req:
+        print("not echoed: %d of %d bytes back" % (len(got), len(req)))
+        sys.exit(1)
+    print("ok http %s" % name)
 
 
 def udp(proxy_port, host, port, count):
@@ -164,3 +195,5 @@ if __name__ == "__main__":
         tcp(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == "udp":
         udp(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == "http":
+        http(sys.argv[2], int(sys.argv[3]), sys.argv[4])

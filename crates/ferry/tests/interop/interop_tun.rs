@@ -1,0 +1,274 @@
+//! The TUN inbound as a router runs it, in three namespaces the test makes (nothing of the
+//! host's is touched): a LAN client (10.231.1.2) whose default route is the router, the router
+//! (10.231.1.1 | 10.231.2.1) running Ferry with a `tun` inbound and a VLESS outbound, and a
+//! server (10.231.2.2) running a VLESS server (Ferry's or Xray v26.3.27) beside TCP and UDP
+//! echo servers. The router sends what arrives from the LAN into the TUN (a policy rule, as an
+//! operator sets it up), so the client's own sockets, with no proxy settings, reach the echo
+//! servers through the proxy: TCP byte-exact, UDP echoed with a full-cone reply, and an HTTP
+//! request for a domain a routing rule blocks is cut (sniffing reads its Host).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::interop_wireguard::{bin, Imp};
+use crate::netns::{wait_bound, Ns};
+
+const TOOLS: &str = include_str!("scripts/netns_tools.py");
+const VLESS: u16 = 8443;
+const ECHO_TCP: u16 = 7001;
+const ECHO_UDP: u16 = 7002;
+const ID: &str = "5783a3e7-e373-51cd-8642-c83782b807c5";
+const TUN: &str = "ftun0";
+const MB: usize = 1 << 20;
+
+/// Client, router and server namespaces joined by two veth pairs, and the tools script.
+struct Net {
+    client: Ns,
+    router: Ns,
+    server: Ns,
+    tools: tempdir::Dir,
+}
+
+fn sysctl(ns: &Ns, key: &str, value: &str) {
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    ns.run("sh", &["-c", &format!("echo {value} > {path}")], true);
+}
+
+impl Net {
+    fn new() -> Net {
+        let client = Ns::named("ftunc");
+        let router = Ns::named("ftunr");
+        let server = Ns::named("ftuns");
+        for (a, an, b, bn) in [
+            (&client, "tc0", &router, "tr0"),
+            (&router, "tr1", &server, "ts0"),
+        ] {
+            a.run(
+                "ip",
+                &[
+                    "link", "add", "name", an, "netns", &a.0, "type", "veth", "peer", "name", bn,
+                    "netns", &b.0,
+                ],
+                false,
+            );
+        }
+        for (ns, dev, addr) in [
+            (&client, "tc0", "10.231.1.2/24"),
+            (&router, "tr0", "10.231.1.1/24"),
+            (&router, "tr1", "10.231.2.1/24"),
+            (&server, "ts0", "10.231.2.2/24"),
+        ] {
+            ns.run("ip", &["addr", "add", addr, "dev", dev], true);
+            ns.run("ip", &["link", "set", dev, "up"], true);
+        }
+        client.run(
+            "ip",
+            &["route", "add", "default", "via", "10.231.1.1"],
+            true,
+        );
+        sysctl(&router, "net.ipv4.ip_forward", "1");
+        // Replies come back out of the TUN from addresses the main table routes elsewhere.
+        for k in ["all", "default"] {
+            sysctl(&router, &format!("net.ipv4.conf.{k}.rp_filter"), "0");
+        }
+        let tools = tempdir::Dir::new("tun-tools");
+        std::fs::write(tools.path().join("t.py"), TOOLS).unwrap();
+        Net {
+            client,
+            router,
+            server,
+            tools,
+        }
+    }
+
+    fn script(&self) -> String {
+        self.tools.path().join("t.py").to_str().unwrap().to_string()
+    }
+
+    fn echo(&self) -> Proc {
+        let mut p = Proc {
+            child: Command::new("ip")
+                .args(["netns", "exec", &self.server.0, "python3", &self.script()])
+                .args(["echo", "10.231.2.2", &ECHO_TCP.to_string()])
+                .arg(ECHO_UDP.to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+            name: "echo".into(),
+            dir: tempdir::Dir::new("tun-echo"),
+        };
+        wait_bound(&mut p, "tcp", ECHO_TCP);
+        p
+    }
+
+    /// Runs the tools script on the LAN client: (succeeded, its output).
+    fn client_tool(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.client.0, "timeout", "60", "python3"])
+            .arg(self.script())
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    /// Whether the router has the TUN device, and it is up.
+    fn tun_up(&self) -> Option<bool> {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.router.0,
+                "ip",
+                "-o",
+                "link",
+                "show",
+                TUN,
+            ])
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).contains(",UP"))
+    }
+
+    /// The operator's part: what arrives from the LAN is routed into the TUN.
+    fn route_lan_into_tun(&self) {
+        let r = &self.router;
+        r.run(
+            "ip",
+            &["route", "add", "default", "dev", TUN, "table", "100"],
+            true,
+        );
+        r.run("ip", &["rule", "add", "iif", "tr0", "lookup", "100"], true);
+    }
+}
+
+fn server_config() -> String {
+    // The echo servers are on a private address: allowed here, as an Xray config would.
+    let freedom = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["10.231.0.0/16"]}]}}"#;
+    format!(
+        r#"{{"log":{{"loglevel":"debug"}},
+  "inbounds":[{{"listen":"10.231.2.2","port":{VLESS},"protocol":"vless",
+    "settings":{{"clients":[{{"id":"{ID}","email":"lan@router"}}],"decryption":"none"}}}}],
+  "outbounds":[{freedom}]}}"#
+    )
+}
+
+fn router_config() -> String {
+    format!(
+        r#"{{"log":{{"loglevel":"debug"}},
+  "inbounds":[{{"tag":"tun-in","protocol":"tun","settings":{{"name":"{TUN}","MTU":1500}},
+    "sniffing":{{"enabled":true,"destOverride":["http","tls"],"routeOnly":true}}}}],
+  "outbounds":[
+    {{"tag":"proxy","protocol":"vless","settings":{{"vnext":[{{"address":"10.231.2.2","port":{VLESS},
+      "users":[{{"id":"{ID}","encryption":"none"}}]}}]}}}},
+    {{"tag":"block","protocol":"blackhole"}}],
+  "routing":{{"rules":[{{"domain":["full:blocked.test"],"outboundTag":"block"}}]}}}}"#
+    )
+}
+
+struct Run {
+    net: Net,
+    server: Proc,
+    router: Proc,
+    _echo: Proc,
+}
+
+impl Run {
+    fn start(server: Imp) -> Run {
+        let net = Net::new();
+        let echo = net.echo();
+        let mut s = net.server.spawn(&bin(server), "server", &server_config());
+        wait_bound(&mut s, "tcp", VLESS);
+        let mut r = net
+            .router
+            .spawn(&bin(Imp::Ferry), "router", &router_config());
+        let t0 = Instant::now();
+        while net.tun_up() != Some(true) {
+            assert!(
+                r.child.try_wait().unwrap().is_none(),
+                "router exited:\n{}",
+                r.output()
+            );
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{TUN} never came up:\n{}",
+                r.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        net.route_lan_into_tun();
+        Run {
+            net,
+            server: s,
+            router: r,
+            _echo: echo,
+        }
+    }
+
+    fn logs(&self) -> String {
+        format!(
+            "--- server\n{}\n--- router\n{}",
+            self.server.output(),
+            self.router.output()
+        )
+    }
+
+    fn tool(&self, args: &[&str]) -> String {
+        let (ok, out) = self.net.client_tool(args);
+        assert!(ok, "{args:?}: {out}\n{}", self.logs());
+        out
+    }
+
+    /// TCP and UDP from the LAN client, each byte back; sniffing's domain rule.
+    fn check(&self) {
+        let (tcp, udp) = (ECHO_TCP.to_string(), ECHO_UDP.to_string());
+        self.tool(&["tcp", "0", "10.231.2.2", &tcp, &(4 * MB).to_string()]);
+        let out = self.tool(&["udp", "0", "10.231.2.2", &udp, "20"]);
+        assert!(out.contains("cone=True"), "no full-cone reply: {out}");
+        self.tool(&["http", "10.231.2.2", &tcp, "allowed.test"]);
+        let (ok, out) = self
+            .net
+            .client_tool(&["http", "10.231.2.2", &tcp, "blocked.test"]);
+        assert!(
+            !ok && out.contains("not echoed"),
+            "blocked.test went through: {out}\n{}",
+            self.logs()
+        );
+        let log = self.router.output();
+        assert!(
+            log.contains("10.231.1.2"),
+            "the session's source is the LAN client:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn ferry_tun_router_through_ferry_server() {
+    let mut run = Run::start(Imp::Ferry);
+    run.check();
+    // The device goes with the process.
+    let _ = run.router.child.kill();
+    let _ = run.router.child.wait();
+    let t0 = Instant::now();
+    while run.net.tun_up().is_some() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{TUN} outlived Ferry"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ferry_tun_router_through_xray_server() {
+    Run::start(Imp::Xray).check();
+}
