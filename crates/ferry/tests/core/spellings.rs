@@ -310,11 +310,6 @@ fn users_alias_on_vless_and_trojan_inbounds() {
 fn features_ferry_lacks_are_refused_naming_them() {
     let cases: Vec<(&str, String, &str)> = vec![
         (
-            "tun inbound",
-            inbound(r#"{"protocol":"tun","settings":{"name":"xray0","MTU":1500}}"#),
-            "inbounds[0].protocol: \"tun\" is not supported yet",
-        ),
-        (
             "legacy reverse",
             r#"{"reverse":{"bridges":[{"tag":"b","domain":"r.test"}]},"outbounds":[{"protocol":"freedom"}]}"#
                 .into(),
