@@ -85,6 +85,9 @@ pub struct ConnInfo {
     pub alpn: Option<Arc<str>>,
     /// HTTP request path (WebSocket / HTTPUpgrade transports, fallbacks).
     pub path: Option<Arc<str>>,
+    /// Where the connection was going before a transparent-proxy rule (`REDIRECT`, `TPROXY`)
+    /// delivered it to this listener (`sockopt.tproxy`; none on other listeners).
+    pub original: Option<std::net::SocketAddr>,
 }
 
 impl ConnInfo {
@@ -96,6 +99,7 @@ impl ConnInfo {
             sni: None,
             alpn: None,
             path: None,
+            original: None,
         }
     }
 }

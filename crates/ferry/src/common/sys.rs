@@ -1,6 +1,7 @@
 //! The one module with `unsafe`: thin wrappers over syscalls the standard library lacks
 //! (pipes and `splice(2)`, half-close on a raw fd, returning free heap pages to the kernel,
-//! opening a TUN device and setting its link up).
+//! opening a TUN device and setting its link up, integer socket options, and `recvmsg(2)`
+//! with a datagram's original destination).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -169,6 +170,124 @@ pub fn open_tun(name: &str, mtu: u32) -> io::Result<tokio::io::unix::AsyncFd<std
     // SAFETY: the File owns its fd, and nothing replaces or closes that fd while the AsyncFd
     // owns the File (it is only read and written through it).
     unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
+}
+
+/// `setsockopt(fd, level, name, &value)` for an integer option socket2 has no call for.
+pub fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: i32) -> io::Result<()> {
+    let v: libc::c_int = value;
+    // SAFETY: setsockopt reads exactly `size_of::<c_int>()` bytes from the valid pointer to `v`.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `getsockopt(fd, level, name)` of an integer option.
+pub fn int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v` and updates `len`, both valid.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+/// A `sockaddr_in` or `sockaddr_in6` of `len` bytes at `p`, as a socket address.
+fn sockaddr_at(p: *const u8, len: usize) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    if len < std::mem::size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: the caller's `len` bytes at `p` are initialised; every read below is unaligned
+    // and checked against `len` for the type read.
+    unsafe {
+        let family = std::ptr::read_unaligned(p.cast::<libc::sa_family_t>());
+        match family as libc::c_int {
+            libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+                let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in>());
+                let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
+            }
+            libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+                let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in6>());
+                let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+                Some(SocketAddr::new(ip.into(), u16::from_be(a.sin6_port)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One datagram from a socket with `IP_RECVORIGDSTADDR` / `IPV6_RECVORIGDSTADDR` set: its
+/// length, its source, and the destination it was sent to (none when the kernel gave none).
+/// Non-blocking: `WouldBlock` when nothing is queued. A datagram longer than `buf` is cut.
+pub fn recv_orig_dst(
+    fd: RawFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, std::net::SocketAddr, Option<std::net::SocketAddr>)> {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+    let mut src: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one sockaddr_in6 control message (and a sockaddr_in one), 8-byte aligned.
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain old data; all zeroes is a valid (empty) value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut src as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` points into live buffers of the lengths it gives.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let source = sockaddr_at(
+        (&src as *const libc::sockaddr_storage).cast(),
+        msg.msg_namelen as usize,
+    )
+    .ok_or_else(|| io::Error::other("datagram without an IP source"))?;
+    let mut orig = None;
+    // SAFETY: CMSG_FIRSTHDR/CMSG_NXTHDR walk the control buffer recvmsg filled, within
+    // msg_controllen; each header read is inside it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = std::ptr::read_unaligned(c);
+            let data = libc::CMSG_DATA(c) as *const u8;
+            let len = (h.cmsg_len as usize).saturating_sub(data as usize - c as usize);
+            if (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_ORIGDSTADDR)
+                || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_ORIGDSTADDR)
+            {
+                orig = sockaddr_at(data, len);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, source, orig))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::transport::grpc::GrpcSettings;
 use crate::transport::http_header::{
     HeaderValues, HttpHeaderLayer, RequestTemplate, ResponseTemplate,
 };
+use crate::transport::tcp::TProxy;
 use crate::transport::upgrade::UpgradeSettings;
 use crate::transport::ws::WsSettings;
 
@@ -186,12 +187,19 @@ pub(crate) fn parse_stream_obj(
                 out.trusted_xff = t.into();
             }
             if let Some(t) = so.str("tproxy")? {
-                if !t.eq_ignore_ascii_case("off") {
-                    return Err(ConfigError::new(
-                        so.key_path("tproxy"),
-                        format!("tproxy {t:?} is not supported yet"),
-                    ));
-                }
+                out.sockopt.tproxy = match t.to_ascii_lowercase().as_str() {
+                    "redirect" => TProxy::Redirect,
+                    "tproxy" => TProxy::TProxy,
+                    "off" | "" => TProxy::Off,
+                    _ => {
+                        // Xray reads any other value as off.
+                        s.diag().warn(
+                            &so.key_path("tproxy"),
+                            &format!("{t:?} is not redirect, tproxy or off: off"),
+                        );
+                        TProxy::Off
+                    }
+                };
             }
             if let Some(d) = so.str("dialerProxy")?.filter(|d| !d.is_empty()) {
                 if outbound {

@@ -147,6 +147,13 @@ pub trait InboundHandler: Send + Sync + 'static {
         &[Network::Tcp]
     }
 
+    /// Whether it forwards each connection to where it was going before a transparent-proxy
+    /// rule sent it here (dokodemo-door's `followRedirect`): its listeners are then
+    /// transparent, in `redirect` mode when `sockopt.tproxy` says neither, as in Xray.
+    fn follows_redirect(&self) -> bool {
+        false
+    }
+
     /// Serves a bound UDP socket (only called when `networks()` includes UDP).
     async fn serve_udp(
         &self,

@@ -27,6 +27,9 @@ pub enum NatKey {
     /// A session the inbound tells apart itself (Shadowsocks 2022: the client session), whose
     /// replies go to the address it last sent from (a roaming client keeps its session).
     Session(u64),
+    /// A client's source and the destination it sent to (a transparent inbound: each flow
+    /// routed on its own, as Xray keys them).
+    Flow(SocketAddr, SocketAddr),
 }
 
 /// An inbound's table of UDP sessions: each routed by its first datagram, with one outbound

@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, UnixListener, UnixStream};
 use super::{tcp, BoxStream};
 use crate::common::own;
 use crate::common::Network;
-use crate::session::Endpoint;
+use crate::session::{ConnInfo, Endpoint};
 
 /// Length of `sun_path` on Linux: a padded abstract name fills all of it.
 const SUN_PATH_LEN: usize = 108;
@@ -134,7 +134,7 @@ pub enum Listener {
 impl Listener {
     /// Binds a TCP listener.
     pub fn tcp(addr: SocketAddr, opts: tcp::SockOpts) -> io::Result<Listener> {
-        let l = tcp::listen(addr)?;
+        let l = tcp::listen_with(addr, &opts)?;
         let own = own::register(Network::Tcp, l.local_addr()?);
         Ok(Listener::Tcp(l, opts, own))
     }
@@ -152,8 +152,9 @@ impl Listener {
         }
     }
 
-    /// Accepts one connection: the stream, its source, and the local endpoint it arrived on.
-    pub async fn accept(&self) -> io::Result<(BoxStream, Endpoint, Endpoint)> {
+    /// Accepts one connection: the stream, and what is known of it (its source, the local
+    /// endpoint it arrived on, and on a transparent listener its original destination).
+    pub async fn accept(&self) -> io::Result<(BoxStream, ConnInfo)> {
         match self {
             Listener::Tcp(l, opts, _) => {
                 let (s, peer) = l.accept().await?;
@@ -162,15 +163,14 @@ impl Listener {
                 }
                 // The address this connection arrived on (the listener's may be unspecified).
                 let local = s.local_addr().or_else(|_| l.local_addr())?;
-                Ok((Box::new(s), Endpoint::Ip(peer), Endpoint::Ip(local)))
+                let mut info = ConnInfo::new(Endpoint::Ip(peer), Endpoint::Ip(local));
+                info.original = tcp::original_dst(&s, opts.tproxy);
+                Ok((Box::new(s), info))
             }
             Listener::Unix(l, p) => {
                 let (s, _) = l.accept().await?;
-                Ok((
-                    Box::new(s),
-                    Endpoint::Unix(p.clone()),
-                    Endpoint::Unix(p.clone()),
-                ))
+                let e = Endpoint::Unix(p.clone());
+                Ok((Box::new(s), ConnInfo::new(e.clone(), e)))
             }
         }
     }
@@ -201,9 +201,10 @@ mod tests {
         // The plain name is not the padded one: nothing listens there.
         assert!(plain.connect().await.is_err());
         let mut c = padded.connect().await.unwrap();
-        let (mut s, src, local) = l.accept().await.unwrap();
-        assert_eq!(local.to_string(), format!("unix:{}", padded.text()));
-        assert_eq!(src.port(), 0);
+        let (mut s, info) = l.accept().await.unwrap();
+        assert_eq!(info.local.to_string(), format!("unix:{}", padded.text()));
+        assert_eq!(info.source.port(), 0);
+        assert_eq!(info.original, None);
         c.write_all(b"ping").await.unwrap();
         let mut b = [0u8; 4];
         s.read_exact(&mut b).await.unwrap();

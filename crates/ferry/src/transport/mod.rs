@@ -23,6 +23,7 @@ pub mod reality;
 pub mod tcp;
 pub mod tls;
 pub mod tls13;
+pub mod udp;
 pub mod udpmask;
 pub mod upgrade;
 pub mod ws;

@@ -9,9 +9,23 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use crate::common::{Address, Destination};
 
+/// `sockopt.tproxy`: whether a listener is transparent (`IP_TRANSPARENT`) and how a TCP
+/// connection's original destination is read: `redirect` from `SO_ORIGINAL_DST` (iptables
+/// `REDIRECT`, nft `redirect`), `tproxy` from the accepted socket's local address (`TPROXY`).
+/// A UDP listener in either mode reads each datagram's original destination.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TProxy {
+    #[default]
+    Off,
+    Redirect,
+    TProxy,
+}
+
 /// Socket options from `streamSettings.sockopt` that Ferry honours.
 #[derive(Clone, Debug, Default)]
 pub struct SockOpts {
+    /// `tproxy` (listeners).
+    pub tproxy: TProxy,
     /// `SO_MARK` (needs CAP_NET_ADMIN).
     pub mark: u32,
     /// TCP keepalive idle seconds (0 = system default).
@@ -51,14 +65,60 @@ impl SockOpts {
 
 /// Binds a listening socket with `SO_REUSEADDR`.
 pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    listen_with(addr, &SockOpts::default())
+}
+
+/// Binds a listening socket with `SO_REUSEADDR` and the listener's own options of `opts`:
+/// `IP_TRANSPARENT` in either tproxy mode and `SO_MARK` (both need CAP_NET_ADMIN; failing
+/// to set them fails the bind, as in Xray).
+pub fn listen_with(addr: SocketAddr, opts: &SockOpts) -> io::Result<TcpListener> {
     let sock = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
     sock.set_reuseaddr(true)?;
+    listener_opts(&SockRef::from(&sock), addr, opts)?;
     sock.bind(addr)?;
     sock.listen(1024)
+}
+
+/// What a TCP or UDP listener of `opts` sets before it binds `addr`.
+pub fn listener_opts(s: &SockRef<'_>, addr: SocketAddr, opts: &SockOpts) -> io::Result<()> {
+    let named = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
+    if opts.tproxy != TProxy::Off {
+        if addr.is_ipv4() {
+            s.set_ip_transparent_v4(true)
+        } else {
+            s.set_ip_transparent_v6(true)
+        }
+        .map_err(|e| named("IP_TRANSPARENT (sockopt.tproxy)", e))?;
+    }
+    if opts.mark != 0 {
+        s.set_mark(opts.mark)
+            .map_err(|e| named("SO_MARK (sockopt.mark)", e))?;
+    }
+    Ok(())
+}
+
+/// The destination a connection accepted on a listener of `mode` was sent to before the
+/// kernel delivered it here: `SO_ORIGINAL_DST` in redirect mode (none when the connection was
+/// not redirected and conntrack has no entry), the local address in tproxy mode.
+pub fn original_dst(s: &TcpStream, mode: TProxy) -> Option<SocketAddr> {
+    match mode {
+        TProxy::Off => None,
+        TProxy::TProxy => s.local_addr().ok(),
+        TProxy::Redirect => {
+            let r = SockRef::from(s);
+            let v4 = s.local_addr().ok()?.ip().to_canonical().is_ipv4();
+            let a = if v4 {
+                r.original_dst_v4()
+            } else {
+                r.original_dst_v6()
+            };
+            a.ok()?.as_socket()
+        }
+    }
 }
 
 /// Applies per-connection options to an accepted socket.

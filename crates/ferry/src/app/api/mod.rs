@@ -54,7 +54,7 @@ pub async fn start(cfg: ApiConfig, core: Arc<Core>) -> io::Result<Vec<JoinHandle
         tasks.push(tokio::spawn(async move {
             loop {
                 match listener.accept().await {
-                    Ok((s, _, _)) => {
+                    Ok((s, _)) => {
                         tokio::spawn(grpc::serve_conn(s, api.clone()));
                     }
                     Err(e) => {

@@ -5,7 +5,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::UdpSocket;
 use tokio::task::JoinHandle;
 
 use super::serve::Serve;
@@ -15,6 +14,7 @@ use crate::config::{Inbound, Listen};
 use crate::proxy::InboundHandler;
 use crate::registry::Swap;
 use crate::session::{ConnInfo, Endpoint};
+use crate::transport::tcp::TProxy;
 use crate::transport::Listener;
 
 /// A running inbound: its handler (and user manager), and the tasks serving its listeners.
@@ -199,17 +199,20 @@ async fn bind(ib: &Inbound, serve: &Arc<Serve>) -> io::Result<(Vec<(Network, End
             }));
         }
     }
+    let mut sockopt = ib.stream.sockopt.clone();
+    if ib.handler.follows_redirect() && sockopt.tproxy == TProxy::Off {
+        sockopt.tproxy = TProxy::Redirect;
+    }
     for addr in addrs {
         if ib.handler.networks().contains(&Network::Tcp) {
-            let l = Listener::tcp(addr, ib.stream.sockopt.clone())
+            let l = Listener::tcp(addr, sockopt.clone())
                 .map_err(|e| named(e, format!("tcp {addr}")))?;
             let local = l.local()?;
             bound.push((Network::Tcp, local));
             tasks.0.push(tokio::spawn(serve.clone().accept_loop(l)));
         }
         if ib.handler.networks().contains(&Network::Udp) {
-            let u = UdpSocket::bind(addr)
-                .await
+            let u = crate::transport::udp::bind(addr, &sockopt)
                 .map_err(|e| named(e, format!("udp {addr}")))?;
             let local = u.local_addr()?;
             bound.push((Network::Udp, local.into()));

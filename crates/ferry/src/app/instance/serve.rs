@@ -47,7 +47,7 @@ impl Serve {
             .unwrap_or_else(|_| "?".into());
         let mut log = AcceptLog::default();
         loop {
-            let (stream, source, local_ep) = match l.accept().await {
+            let (stream, info) = match l.accept().await {
                 Ok(x) => {
                     if let Some(all) = log.accepted() {
                         tracing::warn!(
@@ -75,7 +75,7 @@ impl Serve {
             // What the task keeps for the connection's life: the guard, this inbound's shared
             // state, the context, and the serve future (set up here and spawned as it is: an
             // `async` block awaiting it would hold it twice).
-            let ctx = self.ctx(ConnInfo::new(source, local_ep));
+            let ctx = self.ctx(info);
             tokio::spawn(self.clone().serve_conn(stream, ctx, guard));
         }
     }

@@ -15,10 +15,10 @@ pub const API: Api = Api {
 
 fn inbound_settings(m: &pb::TypedMessage, _users: Users<'_>) -> Result<Value, Error> {
     let c: pb::DokodemoConfig = parse(&m.value)?;
-    if c.follow_redirect {
-        return Err("proxy/dokodemo: followRedirect is not supported by Ferry yet".into());
-    }
     let mut s = Map::new();
+    if c.follow_redirect {
+        s.insert("followRedirect".into(), json!(true));
+    }
     if let Some(a) = address(&c.address) {
         s.insert("address".into(), json!(a));
     }

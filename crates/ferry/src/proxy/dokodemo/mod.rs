@@ -2,7 +2,10 @@
 //! to one address. Xray's fields: `rewriteAddress`/`rewritePort`/`allowedNetwork`, with the
 //! older `address`/`port`/`network` taking precedence when both are given. Without an address
 //! the target is the loopback address of the connection's family, without a port the port the
-//! connection arrived on; `portMap` picks the target by that port.
+//! connection arrived on; `portMap` picks the target by that port. With `followRedirect` the
+//! target is where the connection or datagram was going before a transparent-proxy rule sent
+//! it here (`sockopt.tproxy`: `SO_ORIGINAL_DST` after `REDIRECT`, the local address after
+//! `TPROXY`; for UDP each datagram's original destination, and replies sent from it).
 
 pub mod api;
 
@@ -16,9 +19,11 @@ use bytes::Bytes;
 use tokio::net::UdpSocket;
 
 use super::{Accepted, Endpoint, InboundBuild, InboundCtx, InboundHandler};
+use crate::common::own;
 use crate::common::{Address, Destination, Network};
 use crate::config::reader::{as_str, ConfigError, Obj, Result};
-use crate::proxy::udp::{UdpReply, MAX_DATAGRAM};
+use crate::proxy::udp::{NatKey, UdpReply, MAX_DATAGRAM};
+use crate::transport::udp::{self, Forged};
 use crate::transport::BoxStream;
 
 /// dokodemo's entry in the protocol table.
@@ -38,6 +43,8 @@ pub struct Dokodemo {
     networks: Vec<Network>,
     /// `userLevel`: the policy level of its sessions.
     level: u32,
+    /// `followRedirect`: the target is the original destination.
+    follow: bool,
 }
 
 /// Reads `"host:port"`, where either side may be empty (`":80"`, `"10.0.0.1:"`), as Xray's
@@ -95,12 +102,7 @@ fn parse(o: &Obj<'_>) -> Result<Dokodemo> {
     if networks.is_empty() {
         return Err(ConfigError::new(o.key_path(net_key), "no network given"));
     }
-    if o.bool("followRedirect")?.unwrap_or(false) {
-        return Err(ConfigError::new(
-            o.key_path("followRedirect"),
-            "transparent proxying (followRedirect) is not supported yet",
-        ));
-    }
+    let follow = o.bool("followRedirect")?.unwrap_or(false);
     let mut port_map = HashMap::new();
     if let Some((p, v)) = o.get("portMap") {
         let Some(m) = v.as_object() else {
@@ -128,6 +130,7 @@ fn parse(o: &Obj<'_>) -> Result<Dokodemo> {
         port_map,
         networks,
         level,
+        follow,
     })
 }
 
@@ -175,13 +178,50 @@ impl UdpReply for Reply {
     }
 }
 
+/// A transparent inbound's replies: each from the address that answered (the original
+/// destination, or another host's for a full-cone reply).
+struct ForgedReply(Forged);
+
+#[async_trait]
+impl UdpReply for ForgedReply {
+    async fn reply(&self, client: SocketAddr, data: &[u8], from: &Destination) -> io::Result<()> {
+        let src = match from.addr {
+            Address::Ip(ip) => SocketAddr::new(ip, from.port),
+            Address::Domain(_) => udp::unspecified_for(client, from.port),
+        };
+        self.0.send(src, client, data).await
+    }
+}
+
+/// The original destination of a transparent connection or datagram, refused when it is one
+/// of this process's own listeners (a client asking the router's proxy port, or a rule that
+/// sends the proxy's own traffic back to it: Xray's "loopback connection detected").
+fn original(orig: Option<SocketAddr>, net: Network) -> io::Result<Destination> {
+    let Some(a) = orig else {
+        return Err(io::Error::other(
+            "followRedirect: unable to get the original destination (is a REDIRECT or TPROXY rule sending traffic here?)",
+        ));
+    };
+    let a = SocketAddr::new(a.ip().to_canonical(), a.port());
+    if own::is_own(net, a) {
+        return Err(io::Error::other(format!(
+            "followRedirect: loopback connection detected ({net} {a} is this process's own listener)"
+        )));
+    }
+    Ok(a.into())
+}
+
 #[async_trait]
 impl InboundHandler for Dokodemo {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         if !self.networks.contains(&Network::Tcp) {
             return Ok(Accepted::Done);
         }
-        let dest = self.dest(&ctx.info.local)?;
+        let dest = if self.follow {
+            original(ctx.info.original, Network::Tcp)?
+        } else {
+            self.dest(&ctx.info.local)?
+        };
         let s = self.session(ctx, dest, Network::Tcp);
         Ok(Accepted::Stream(s, stream))
     }
@@ -190,7 +230,14 @@ impl InboundHandler for Dokodemo {
         &self.networks
     }
 
+    fn follows_redirect(&self) -> bool {
+        self.follow
+    }
+
     async fn serve_udp(&self, socket: Arc<UdpSocket>, ctx: InboundCtx) -> io::Result<()> {
+        if self.follow {
+            return self.serve_transparent_udp(socket, ctx).await;
+        }
         let idle = ctx.services.level(self.level).conn_idle;
         let dest = self.dest(&Endpoint::Ip(socket.local_addr()?))?;
         let nat = ctx
@@ -203,6 +250,42 @@ impl InboundHandler for Dokodemo {
             let mut s = self.session(&ctx, dest.clone(), Network::Udp);
             s.source = from.into();
             nat.send(from, s, Bytes::copy_from_slice(&buf[..n]));
+        }
+    }
+}
+
+impl Dokodemo {
+    /// `followRedirect` on UDP: the listener is transparent (TPROXY rules), each datagram goes
+    /// to its original destination as a flow of its own, and replies are sent from the
+    /// address that answered, marked as the listener is.
+    async fn serve_transparent_udp(
+        &self,
+        socket: Arc<UdpSocket>,
+        ctx: InboundCtx,
+    ) -> io::Result<()> {
+        let idle = ctx.services.level(self.level).conn_idle;
+        let mark = socket2::SockRef::from(&*socket).mark().unwrap_or(0);
+        let reply = Arc::new(ForgedReply(Forged::new(mark)));
+        let nat = ctx.services.clone().udp_sessions(reply, idle, &ctx);
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut refused = 0u64;
+        loop {
+            let (n, from, orig) = udp::recv_orig(&socket, &mut buf).await?;
+            let dest = match original(orig, Network::Udp) {
+                Ok(d) => d,
+                Err(e) => {
+                    // Logged once per 64, as a flood of them is a client's doing.
+                    if refused % 64 == 0 {
+                        tracing::warn!("[{}] udp from {from}: {e} ({refused} before)", ctx.tag);
+                    }
+                    refused += 1;
+                    continue;
+                }
+            };
+            let key = NatKey::Flow(from, orig.unwrap_or(from));
+            let mut s = self.session(&ctx, dest, Network::Udp);
+            s.source = from.into();
+            nat.send_keyed(key, from, s, Bytes::copy_from_slice(&buf[..n]));
         }
     }
 }
@@ -272,12 +355,35 @@ mod tests {
     }
 
     #[test]
+    fn follow_redirect_goes_to_the_original_destination_but_never_back_to_a_listener() {
+        let d = parsed(json!({"network": "tcp,udp", "followRedirect": true})).unwrap();
+        assert!(d.follows_redirect());
+        assert!(!parsed(json!({})).unwrap().follows_redirect());
+        let to = |a: &str| original(Some(a.parse().unwrap()), Network::Tcp);
+        assert_eq!(
+            to("10.231.2.2:7001").unwrap().to_string(),
+            "10.231.2.2:7001"
+        );
+        // A dual-stack listener sees IPv4 as mapped: the destination is the IPv4 address.
+        assert_eq!(
+            to("[::ffff:10.1.2.3]:443").unwrap().to_string(),
+            "10.1.2.3:443"
+        );
+        let e = original(None, Network::Udp).unwrap_err().to_string();
+        assert!(e.contains("unable to get the original destination"), "{e}");
+        // A connection whose original destination is one of this process's listeners loops.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let _own = own::register(Network::Tcp, at);
+        let e = original(Some(at), Network::Tcp).unwrap_err().to_string();
+        assert!(e.contains("loopback connection detected"), "{e}");
+        // The same port over UDP is another socket.
+        assert!(original(Some(at), Network::Udp).is_ok());
+    }
+
+    #[test]
     fn refusals_name_their_path() {
         let err = |v| parsed(v).err().unwrap().to_string();
-        assert_eq!(
-            err(json!({"followRedirect": true})),
-            "inbounds[0].settings.followRedirect: transparent proxying (followRedirect) is not supported yet"
-        );
         assert_eq!(
             err(json!({"allowedNetwork": "sctp"})),
             "inbounds[0].settings.allowedNetwork: unknown network \"sctp\""

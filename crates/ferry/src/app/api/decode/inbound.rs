@@ -98,9 +98,8 @@ pub fn inbound_to_json(c: &pb::InboundHandlerConfig) -> Result<Value, Error> {
         }
         o.insert("port".into(), json!(ranges.join(",")));
     }
-    if r.receive_original_destination {
-        return Err("app/proxyman/inbound: followRedirect is not supported by Ferry yet".into());
-    }
+    // `receive_original_destination` is what Xray's JSON reader sets for dokodemo-door's
+    // `followRedirect`, which the protocol's own settings carry here too.
     o.insert("settings".into(), settings);
     if let Some(s) = &r.stream_settings {
         o.insert("streamSettings".into(), stream(s, false)?);

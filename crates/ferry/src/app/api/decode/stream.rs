@@ -214,8 +214,16 @@ fn sockopt(so: &pb::SocketConfig) -> Result<Option<Value>, Error> {
     if !so.dialer_proxy.is_empty() {
         j.insert("dialerProxy".into(), json!(so.dialer_proxy));
     }
-    if so.tproxy != 0 {
-        return Err("transport/internet: tproxy is not supported by Ferry yet".into());
+    // Xray's TProxyMode: Off = 0, TProxy = 1, Redirect = 2.
+    match so.tproxy {
+        0 => {}
+        1 => {
+            j.insert("tproxy".into(), json!("tproxy"));
+        }
+        2 => {
+            j.insert("tproxy".into(), json!("redirect"));
+        }
+        n => return Err(format!("transport/internet: unknown tproxy mode {n}").into()),
     }
     Ok((!j.is_empty()).then_some(Value::Object(j)))
 }
