@@ -38,7 +38,7 @@ MIHOMO_XHTTP_VERSION=v1.19.23
 WGGO_VERSION=v0.0.0-20250521234502-f333402bd9cb
 # fonts-dejavu-core: text in ferry-lab's PNG charts; openssl: its per-run TLS certificates;
 # libnginx-mod-stream: nginx `stream` in front of Ferry (proxy_pass, PROXY protocol).
-DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl iptables wireguard-tools)
+DEBIAN_PKGS=(v2ray shadowsocks-libev trojan iperf3 nginx-light libnginx-mod-stream curl fonts-dejavu-core openssl iptables nftables wireguard-tools)
 
 BIN="${FERRY_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry/peers/bin}"
 mkdir -p "$BIN"
@@ -104,7 +104,7 @@ install_debian() {
     log "debian packages present"
   fi
   local b
-  for b in v2ray ss-local ss-server ss-tunnel ss-redir trojan iperf3 nginx curl iptables wg; do
+  for b in v2ray ss-local ss-server ss-tunnel ss-redir trojan iperf3 nginx curl iptables iptables-legacy nft wg; do
     local p; p=$(command -v "$b" || true)
     [ -z "$p" ] && [ -x "/usr/sbin/$b" ] && p="/usr/sbin/$b"
     [ -z "$p" ] && [ -x "/usr/bin/$b" ] && p="/usr/bin/$b"

@@ -195,7 +195,7 @@ pub(crate) fn parse_stream_obj(
                         // Xray reads any other value as off.
                         s.diag().warn(
                             &so.key_path("tproxy"),
-                            &format!("{t:?} is not redirect, tproxy or off: off"),
+                            format!("{t:?} is not redirect, tproxy or off: off"),
                         );
                         TProxy::Off
                     }

@@ -12,146 +12,46 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use crate::interop_wireguard::{bin, Imp};
-use crate::netns::{wait_bound, Ns};
+use crate::netns::{wait_bound, Lan, ECHO_TCP, ECHO_UDP};
 
-const TOOLS: &str = include_str!("scripts/netns_tools.py");
 const VLESS: u16 = 8443;
-const ECHO_TCP: u16 = 7001;
-const ECHO_UDP: u16 = 7002;
 const ID: &str = "5783a3e7-e373-51cd-8642-c83782b807c5";
 const TUN: &str = "ftun0";
 const MB: usize = 1 << 20;
 
-/// Client, router and server namespaces joined by two veth pairs, and the tools script.
-struct Net {
-    client: Ns,
-    router: Ns,
-    server: Ns,
-    tools: tempdir::Dir,
-}
-
-fn sysctl(ns: &Ns, key: &str, value: &str) {
-    let path = format!("/proc/sys/{}", key.replace('.', "/"));
-    ns.run("sh", &["-c", &format!("echo {value} > {path}")], true);
-}
-
-impl Net {
-    fn new() -> Net {
-        let client = Ns::named("ftunc");
-        let router = Ns::named("ftunr");
-        let server = Ns::named("ftuns");
-        for (a, an, b, bn) in [
-            (&client, "tc0", &router, "tr0"),
-            (&router, "tr1", &server, "ts0"),
-        ] {
-            a.run(
-                "ip",
-                &[
-                    "link", "add", "name", an, "netns", &a.0, "type", "veth", "peer", "name", bn,
-                    "netns", &b.0,
-                ],
-                false,
-            );
-        }
-        for (ns, dev, addr) in [
-            (&client, "tc0", "10.231.1.2/24"),
-            (&router, "tr0", "10.231.1.1/24"),
-            (&router, "tr1", "10.231.2.1/24"),
-            (&server, "ts0", "10.231.2.2/24"),
-        ] {
-            ns.run("ip", &["addr", "add", addr, "dev", dev], true);
-            ns.run("ip", &["link", "set", dev, "up"], true);
-        }
-        client.run(
+/// Whether the router has the TUN device, and it is up.
+fn tun_up(net: &Lan) -> Option<bool> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &net.router.0,
             "ip",
-            &["route", "add", "default", "via", "10.231.1.1"],
-            true,
-        );
-        sysctl(&router, "net.ipv4.ip_forward", "1");
-        // Replies come back out of the TUN from addresses the main table routes elsewhere.
-        for k in ["all", "default"] {
-            sysctl(&router, &format!("net.ipv4.conf.{k}.rp_filter"), "0");
-        }
-        let tools = tempdir::Dir::new("tun-tools");
-        std::fs::write(tools.path().join("t.py"), TOOLS).unwrap();
-        Net {
-            client,
-            router,
-            server,
-            tools,
-        }
-    }
-
-    fn script(&self) -> String {
-        self.tools.path().join("t.py").to_str().unwrap().to_string()
-    }
-
-    fn echo(&self) -> Proc {
-        let mut p = Proc {
-            child: Command::new("ip")
-                .args(["netns", "exec", &self.server.0, "python3", &self.script()])
-                .args(["echo", "10.231.2.2", &ECHO_TCP.to_string()])
-                .arg(ECHO_UDP.to_string())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-            name: "echo".into(),
-            dir: tempdir::Dir::new("tun-echo"),
-        };
-        wait_bound(&mut p, "tcp", ECHO_TCP);
-        p
-    }
-
-    /// Runs the tools script on the LAN client: (succeeded, its output).
-    fn client_tool(&self, args: &[&str]) -> (bool, String) {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.client.0, "timeout", "60", "python3"])
-            .arg(self.script())
-            .args(args)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    }
-
-    /// Whether the router has the TUN device, and it is up.
-    fn tun_up(&self) -> Option<bool> {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.router.0,
-                "ip",
-                "-o",
-                "link",
-                "show",
-                TUN,
-            ])
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).contains(",UP"))
-    }
-
-    /// The operator's part: what arrives from the LAN is routed into the TUN.
-    fn route_lan_into_tun(&self) {
-        let r = &self.router;
-        r.run(
-            "ip",
-            &["route", "add", "default", "dev", TUN, "table", "100"],
-            true,
-        );
-        r.run("ip", &["rule", "add", "iif", "tr0", "lookup", "100"], true);
-    }
+            "-o",
+            "link",
+            "show",
+            TUN,
+        ])
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).contains(",UP"))
 }
 
-fn server_config() -> String {
+/// The operator's part: what arrives from the LAN is routed into the TUN.
+fn route_lan_into_tun(net: &Lan) {
+    let r = &net.router;
+    r.run(
+        "ip",
+        &["route", "add", "default", "dev", TUN, "table", "100"],
+        true,
+    );
+    r.run("ip", &["rule", "add", "iif", "tr0", "lookup", "100"], true);
+}
+
+/// The VLESS server's config (Ferry and Xray read it alike), at 10.231.2.2.
+pub(crate) fn server_config() -> String {
     // The echo servers are on a private address: allowed here, as an Xray config would.
     let freedom = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["10.231.0.0/16"]}]}}"#;
     format!(
@@ -176,7 +76,7 @@ fn router_config() -> String {
 }
 
 struct Run {
-    net: Net,
+    net: Lan,
     server: Proc,
     router: Proc,
     _echo: Proc,
@@ -184,7 +84,7 @@ struct Run {
 
 impl Run {
     fn start(server: Imp) -> Run {
-        let net = Net::new();
+        let net = Lan::new("ftun");
         let echo = net.echo();
         let mut s = net.server.spawn(&bin(server), "server", &server_config());
         wait_bound(&mut s, "tcp", VLESS);
@@ -192,7 +92,7 @@ impl Run {
             .router
             .spawn(&bin(Imp::Ferry), "router", &router_config());
         let t0 = Instant::now();
-        while net.tun_up() != Some(true) {
+        while tun_up(&net) != Some(true) {
             assert!(
                 r.child.try_wait().unwrap().is_none(),
                 "router exited:\n{}",
@@ -205,7 +105,7 @@ impl Run {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        net.route_lan_into_tun();
+        route_lan_into_tun(&net);
         Run {
             net,
             server: s,
@@ -259,7 +159,7 @@ fn ferry_tun_router_through_ferry_server() {
     let _ = run.router.child.kill();
     let _ = run.router.child.wait();
     let t0 = Instant::now();
-    while run.net.tun_up().is_some() {
+    while tun_up(&run.net).is_some() {
         assert!(
             t0.elapsed() < Duration::from_secs(5),
             "{TUN} outlived Ferry"

@@ -21,6 +21,7 @@ mod interop_reality;
 mod interop_shadowsocks;
 mod interop_ssr;
 mod interop_tls;
+mod interop_tproxy;
 mod interop_transports;
 mod interop_trojan;
 mod interop_tun;

@@ -108,3 +108,111 @@ pub(crate) fn wait_bound(p: &mut Proc, net: &str, port: u16) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Where the echo servers of [`Lan::echo`] listen on the server (TCP, and UDP; UDP's full-cone
+/// replies come from the next port).
+pub(crate) const ECHO_TCP: u16 = 7001;
+pub(crate) const ECHO_UDP: u16 = 7002;
+const TOOLS: &str = include_str!("scripts/netns_tools.py");
+
+/// A home network as a router serves it, in three namespaces joined by two veth pairs: a LAN
+/// client (10.231.1.2, device tc0) whose default route is the router (10.231.1.1 on tr0,
+/// 10.231.2.1 on tr1), which forwards, and a server (10.231.2.2 on ts0); and the tools script.
+pub(crate) struct Lan {
+    pub client: Ns,
+    pub router: Ns,
+    pub server: Ns,
+    tools: tempdir::Dir,
+}
+
+pub(crate) fn sysctl(ns: &Ns, key: &str, value: &str) {
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    ns.run("sh", &["-c", &format!("echo {value} > {path}")], true);
+}
+
+impl Lan {
+    /// Its namespaces are named from `tag` (`{tag}c`, `{tag}r`, `{tag}s`).
+    pub fn new(tag: &str) -> Lan {
+        let client = Ns::named(&format!("{tag}c"));
+        let router = Ns::named(&format!("{tag}r"));
+        let server = Ns::named(&format!("{tag}s"));
+        for (a, an, b, bn) in [
+            (&client, "tc0", &router, "tr0"),
+            (&router, "tr1", &server, "ts0"),
+        ] {
+            a.run(
+                "ip",
+                &[
+                    "link", "add", "name", an, "netns", &a.0, "type", "veth", "peer", "name", bn,
+                    "netns", &b.0,
+                ],
+                false,
+            );
+        }
+        for (ns, dev, addr) in [
+            (&client, "tc0", "10.231.1.2/24"),
+            (&router, "tr0", "10.231.1.1/24"),
+            (&router, "tr1", "10.231.2.1/24"),
+            (&server, "ts0", "10.231.2.2/24"),
+        ] {
+            ns.run("ip", &["addr", "add", addr, "dev", dev], true);
+            ns.run("ip", &["link", "set", dev, "up"], true);
+        }
+        client.run(
+            "ip",
+            &["route", "add", "default", "via", "10.231.1.1"],
+            true,
+        );
+        sysctl(&router, "net.ipv4.ip_forward", "1");
+        // Replies come back out of the TUN from addresses the main table routes elsewhere.
+        for k in ["all", "default"] {
+            sysctl(&router, &format!("net.ipv4.conf.{k}.rp_filter"), "0");
+        }
+        let tools = tempdir::Dir::new("lan-tools");
+        std::fs::write(tools.path().join("t.py"), TOOLS).unwrap();
+        Lan {
+            client,
+            router,
+            server,
+            tools,
+        }
+    }
+
+    pub fn script(&self) -> String {
+        self.tools.path().join("t.py").to_str().unwrap().to_string()
+    }
+
+    /// TCP and UDP echo servers on the server, at [`ECHO_TCP`] and [`ECHO_UDP`].
+    pub fn echo(&self) -> Proc {
+        let mut p = Proc {
+            child: Command::new("ip")
+                .args(["netns", "exec", &self.server.0, "python3", &self.script()])
+                .args(["echo", "10.231.2.2", &ECHO_TCP.to_string()])
+                .arg(ECHO_UDP.to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+            name: "echo".into(),
+            dir: tempdir::Dir::new("lan-echo"),
+        };
+        wait_bound(&mut p, "tcp", ECHO_TCP);
+        p
+    }
+
+    /// Runs the tools script on the LAN client: (succeeded, its output).
+    pub fn client_tool(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.client.0, "timeout", "60", "python3"])
+            .arg(self.script())
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+}

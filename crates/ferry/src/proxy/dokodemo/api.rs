@@ -36,3 +36,27 @@ fn inbound_settings(m: &pb::TypedMessage, _users: Users<'_>) -> Result<Value, Er
     }
     Ok(Value::Object(s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follow_redirect_is_carried_to_the_json() {
+        let none = |_: &[pb::User]| Ok(Vec::new());
+        let c = pb::DokodemoConfig {
+            follow_redirect: true,
+            networks: vec![2, 3],
+            ..Default::default()
+        };
+        let m = pb::TypedMessage::of("xray.proxy.dokodemo.Config", &c);
+        let j = inbound_settings(&m, &none).unwrap();
+        assert_eq!(j["followRedirect"], true);
+        let c = pb::DokodemoConfig::default();
+        let m = pb::TypedMessage::of("xray.proxy.dokodemo.Config", &c);
+        assert!(inbound_settings(&m, &none)
+            .unwrap()
+            .get("followRedirect")
+            .is_none());
+    }
+}

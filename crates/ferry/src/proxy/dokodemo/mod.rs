@@ -275,7 +275,7 @@ impl Dokodemo {
                 Ok(d) => d,
                 Err(e) => {
                     // Logged once per 64, as a flood of them is a client's doing.
-                    if refused % 64 == 0 {
+                    if refused.is_multiple_of(64) {
                         tracing::warn!("[{}] udp from {from}: {e} ({refused} before)", ctx.tag);
                     }
                     refused += 1;

@@ -104,12 +104,16 @@ def udp_direct(host, port, count):
         for _ in range(5):
             u.sendto(msg, (host, port))
             try:
-                d, _ = u.recvfrom(65536)
+                d, a = u.recvfrom(65536)
             except socket.timeout:
                 continue
-            if d == msg:
+            # The echo must come from where the datagram went (a transparent proxy forges it).
+            if d == msg and a == (host, port):
                 ok += 1
                 break
+            if d == msg:
+                print("echo from %r, not %r" % (a, (host, port)))
+                sys.exit(1)
     if ok != count:
         print("only %d of %d datagrams echoed" % (ok, count))
         sys.exit(1)

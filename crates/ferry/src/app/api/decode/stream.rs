@@ -223,7 +223,7 @@ fn sockopt(so: &pb::SocketConfig) -> Result<Option<Value>, Error> {
         2 => {
             j.insert("tproxy".into(), json!("redirect"));
         }
-        n => return Err(format!("transport/internet: unknown tproxy mode {n}").into()),
+        n => return Err(format!("transport/internet: unknown tproxy mode {n}")),
     }
     Ok((!j.is_empty()).then_some(Value::Object(j)))
 }
@@ -332,6 +332,24 @@ fn xhttp(c: &pb::SplitHttpConfig, outbound: bool) -> Result<Value, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transparent_socket_settings_from_a_panel() {
+        let so = |tproxy| pb::SocketConfig {
+            tproxy,
+            mark: 255,
+            ..Default::default()
+        };
+        // Xray's TProxyMode numbers: 1 is tproxy, 2 is redirect.
+        let j = sockopt(&so(1)).unwrap().unwrap();
+        assert_eq!(
+            (j["tproxy"].as_str(), j["mark"].as_i64()),
+            (Some("tproxy"), Some(255))
+        );
+        assert_eq!(sockopt(&so(2)).unwrap().unwrap()["tproxy"], "redirect");
+        assert!(sockopt(&so(0)).unwrap().unwrap().get("tproxy").is_none());
+        assert!(sockopt(&so(7)).is_err());
+    }
 
     #[test]
     fn transports_from_a_panel_become_stream_settings() {
