@@ -49,6 +49,7 @@ LAYERS = {
         ("transport", 2),
         ("netstack", 2),
         ("config::stream", 2),
+        ("config::sockopt", 2),
         ("config::tls", 2),
         ("config::reality", 2),
         ("config::xhttp", 2),

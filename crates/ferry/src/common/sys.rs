@@ -191,6 +191,29 @@ pub fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: i32)
     Ok(())
 }
 
+/// `setsockopt(fd, level, name, value)` for an option whose value is bytes (a name).
+pub fn set_bytes_opt(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &[u8],
+) -> io::Result<()> {
+    // SAFETY: setsockopt reads exactly `value.len()` bytes from the valid slice.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `getsockopt(fd, level, name)` of an integer option.
 pub fn int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
     let mut v: libc::c_int = 0;

@@ -16,6 +16,7 @@ pub mod quic;
 pub use crate::common::{json, reader};
 pub mod reality;
 pub mod services;
+mod sockopt;
 pub mod stream;
 pub mod tls;
 pub mod xhttp;

@@ -10,7 +10,6 @@ use crate::transport::grpc::GrpcSettings;
 use crate::transport::http_header::{
     HeaderValues, HttpHeaderLayer, RequestTemplate, ResponseTemplate,
 };
-use crate::transport::tcp::TProxy;
 use crate::transport::upgrade::UpgradeSettings;
 use crate::transport::ws::WsSettings;
 
@@ -176,30 +175,12 @@ pub(crate) fn parse_stream_obj(
             s.ignore(&[k]);
         }
         if let Some(so) = s.obj("sockopt")? {
-            out.sockopt.mark = so.u64("mark")?.unwrap_or(0) as u32;
-            out.sockopt.keepalive_idle = so.u64("tcpKeepAliveIdle")?.unwrap_or(0) as u32;
-            out.sockopt.keepalive_interval = so.u64("tcpKeepAliveInterval")?.unwrap_or(0) as u32;
-            out.sockopt.interface = so.str("interface")?.filter(|s| !s.is_empty());
+            super::sockopt::read(&so, &mut out.sockopt)?;
             if so.bool("acceptProxyProtocol")?.unwrap_or(false) {
                 accept_pp(&mut out, &so, outbound);
             }
             if let Some(t) = so.str_list("trustedXForwardedFor")? {
                 out.trusted_xff = t.into();
-            }
-            if let Some(t) = so.str("tproxy")? {
-                out.sockopt.tproxy = match t.to_ascii_lowercase().as_str() {
-                    "redirect" => TProxy::Redirect,
-                    "tproxy" => TProxy::TProxy,
-                    "off" | "" => TProxy::Off,
-                    _ => {
-                        // Xray reads any other value as off.
-                        s.diag().warn(
-                            &so.key_path("tproxy"),
-                            format!("{t:?} is not redirect, tproxy or off: off"),
-                        );
-                        TProxy::Off
-                    }
-                };
             }
             if let Some(d) = so.str("dialerProxy")?.filter(|d| !d.is_empty()) {
                 if outbound {
@@ -209,24 +190,6 @@ pub(crate) fn parse_stream_obj(
                         &so.key_path("dialerProxy"),
                         "applies to outbounds only; ignored",
                     );
-                }
-            }
-            for k in [
-                "tcpFastOpen",
-                "domainStrategy",
-                "tcpCongestion",
-                "v6only",
-                "tcpMptcp",
-                "tcpUserTimeout",
-                "tcpMaxSeg",
-                "tcpWindowClamp",
-                "penetrate",
-                "addressPortStrategy",
-                "happyEyeballs",
-                "customSockopt",
-            ] {
-                if so.has(k) {
-                    s.diag().warn(&so.key_path(k), "not applied by Ferry yet");
                 }
             }
             so.finish();

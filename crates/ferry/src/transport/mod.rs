@@ -20,6 +20,7 @@ pub mod proxy_protocol;
 pub mod quic;
 pub mod read_ahead;
 pub mod reality;
+pub mod sockopt;
 pub mod tcp;
 pub mod tls;
 pub mod tls13;
@@ -339,7 +340,16 @@ impl Dialer for SocketDialer {
             _ if addr.is_ipv4() => ([0, 0, 0, 0], 0).into(),
             _ => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
         };
-        let s = tokio::net::UdpSocket::bind(local).await?;
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(local),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        self.opts
+            .apply_any(&socket2::SockRef::from(&s), crate::common::Network::Udp)?;
+        s.bind(&local.into())?;
+        s.set_nonblocking(true)?;
+        let s = tokio::net::UdpSocket::from_std(s.into())?;
         s.connect(addr).await?;
         Ok(Box::new(ConnectedUdp(s, dest.clone())))
     }

@@ -2,103 +2,52 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use socket2::{SockRef, TcpKeepalive};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use crate::common::{Address, Destination};
+use super::sockopt::HappyEyeballs;
+use crate::common::{Address, Destination, Network};
 
-/// `sockopt.tproxy`: whether a listener is transparent (`IP_TRANSPARENT`) and how a TCP
-/// connection's original destination is read: `redirect` from `SO_ORIGINAL_DST` (iptables
-/// `REDIRECT`, nft `redirect`), `tproxy` from the accepted socket's local address (`TPROXY`).
-/// A UDP listener in either mode reads each datagram's original destination.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TProxy {
-    #[default]
-    Off,
-    Redirect,
-    TProxy,
-}
-
-/// Socket options from `streamSettings.sockopt` that Ferry honours.
-#[derive(Clone, Debug, Default)]
-pub struct SockOpts {
-    /// `tproxy` (listeners).
-    pub tproxy: TProxy,
-    /// `SO_MARK` (needs CAP_NET_ADMIN).
-    pub mark: u32,
-    /// TCP keepalive idle seconds (0 = system default).
-    pub keepalive_idle: u32,
-    /// TCP keepalive interval seconds (0 = system default).
-    pub keepalive_interval: u32,
-    /// `TCP_NODELAY`; Ferry always sets it, as Xray does.
-    pub no_delay: bool,
-    /// `SO_BINDTODEVICE` interface name.
-    pub interface: Option<String>,
-    /// Source address to bind outgoing sockets to (`sendThrough`).
-    pub bind: Option<std::net::IpAddr>,
-}
-
-impl SockOpts {
-    fn apply(&self, s: &SockRef<'_>) -> io::Result<()> {
-        s.set_tcp_nodelay(true)?;
-        if self.keepalive_idle > 0 || self.keepalive_interval > 0 {
-            let mut ka = TcpKeepalive::new();
-            if self.keepalive_idle > 0 {
-                ka = ka.with_time(Duration::from_secs(self.keepalive_idle.into()));
-            }
-            if self.keepalive_interval > 0 {
-                ka = ka.with_interval(Duration::from_secs(self.keepalive_interval.into()));
-            }
-            s.set_tcp_keepalive(&ka)?;
-        }
-        if self.mark != 0 {
-            s.set_mark(self.mark)?;
-        }
-        if let Some(dev) = &self.interface {
-            s.bind_device(Some(dev.as_bytes()))?;
-        }
-        Ok(())
-    }
-}
+pub use super::sockopt::{SockOpts, TProxy};
 
 /// Binds a listening socket with `SO_REUSEADDR`.
 pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     listen_with(addr, &SockOpts::default())
 }
 
-/// Binds a listening socket with `SO_REUSEADDR` and the listener's own options of `opts`:
-/// `IP_TRANSPARENT` in either tproxy mode and `SO_MARK` (both need CAP_NET_ADMIN; failing
-/// to set them fails the bind, as in Xray).
+/// Binds a listening socket with `SO_REUSEADDR` and the listener's own options of `opts`
+/// ([`SockOpts::apply_listener`]).
 pub fn listen_with(addr: SocketAddr, opts: &SockOpts) -> io::Result<TcpListener> {
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
+    let sock = new_socket(addr, opts)?;
     sock.set_reuseaddr(true)?;
-    listener_opts(&SockRef::from(&sock), addr, opts)?;
+    opts.apply_listener(&SockRef::from(&sock), addr, Network::Tcp)?;
     sock.bind(addr)?;
     sock.listen(1024)
 }
 
-/// What a TCP or UDP listener of `opts` sets before it binds `addr`.
-pub fn listener_opts(s: &SockRef<'_>, addr: SocketAddr, opts: &SockOpts) -> io::Result<()> {
-    let named = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
-    if opts.tproxy != TProxy::Off {
-        if addr.is_ipv4() {
-            s.set_ip_transparent_v4(true)
-        } else {
-            s.set_ip_transparent_v6(true)
+/// A TCP socket for `addr`'s family: Multipath TCP with `tcpMptcp` where the kernel has it
+/// (else plain TCP, as Go falls back).
+fn new_socket(addr: SocketAddr, opts: &SockOpts) -> io::Result<TcpSocket> {
+    if opts.mptcp {
+        let s = Socket::new(
+            Domain::for_address(addr),
+            Type::STREAM,
+            Some(Protocol::MPTCP),
+        );
+        match s {
+            Ok(s) => {
+                s.set_nonblocking(true)?;
+                return Ok(TcpSocket::from_std_stream(s.into()));
+            }
+            Err(e) => tracing::debug!("sockopt.tcpMptcp: {e}; plain TCP"),
         }
-        .map_err(|e| named("IP_TRANSPARENT (sockopt.tproxy)", e))?;
     }
-    if opts.mark != 0 {
-        s.set_mark(opts.mark)
-            .map_err(|e| named("SO_MARK (sockopt.mark)", e))?;
+    if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
     }
-    Ok(())
 }
 
 /// The destination a connection accepted on a listener of `mode` was sent to before the
@@ -148,12 +97,8 @@ pub async fn resolve(dest: &Destination) -> io::Result<Vec<SocketAddr>> {
 
 /// Connects to one socket address with the options applied before connect.
 pub async fn connect_addr(addr: SocketAddr, opts: &SockOpts) -> io::Result<TcpStream> {
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    opts.apply(&SockRef::from(&sock))?;
+    let sock = new_socket(addr, opts)?;
+    opts.apply_dialer(&SockRef::from(&sock))?;
     if let Some(ip) = opts.bind {
         if ip.is_ipv4() == addr.is_ipv4() {
             sock.bind(SocketAddr::new(ip, 0))?;
@@ -162,14 +107,61 @@ pub async fn connect_addr(addr: SocketAddr, opts: &SockOpts) -> io::Result<TcpSt
     sock.connect(addr).await
 }
 
-/// Resolves and connects, trying each address in turn.
+/// Resolves and connects: the addresses `sockopt.domainStrategy` picks, one after another, or
+/// raced as `sockopt.happyEyeballs` says when the target is a domain.
 pub async fn dial(dest: &Destination, opts: &SockOpts) -> io::Result<TcpStream> {
+    let mut addrs = resolve(dest).await?;
+    if dest.addr.domain().is_some() {
+        addrs = opts.domain_strategy.pick(addrs)?;
+        if let Some(he) = opts
+            .happy_eyeballs
+            .filter(|h| !h.try_delay.is_zero() && addrs.len() > 1)
+            .filter(|_| opts.domain_strategy.family != super::sockopt::Family::AsIs)
+        {
+            return race(he.order(addrs), &he, opts).await;
+        }
+    }
     let mut last = None;
-    for addr in resolve(dest).await? {
+    for addr in addrs {
         match connect_addr(addr, opts).await {
             Ok(s) => return Ok(s),
             Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address")))
+}
+
+/// Happy Eyeballs: an attempt starts every `try_delay` (or at once when one fails) while
+/// fewer than `max_concurrent` are in flight; the first connection wins, the rest are dropped.
+async fn race(
+    addrs: Vec<SocketAddr>,
+    he: &HappyEyeballs,
+    opts: &SockOpts,
+) -> io::Result<TcpStream> {
+    let mut pending = addrs.into_iter();
+    let mut flying = tokio::task::JoinSet::new();
+    let mut last = None;
+    loop {
+        if flying.len() < he.max_concurrent.max(1) as usize {
+            if let Some(a) = pending.next() {
+                let o = opts.clone();
+                flying.spawn(async move { connect_addr(a, &o).await });
+            }
+        }
+        if flying.is_empty() {
+            return Err(
+                last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))
+            );
+        }
+        let more = pending.len() > 0;
+        tokio::select! {
+            done = flying.join_next() => match done {
+                Some(Ok(Ok(s))) => return Ok(s),
+                Some(Ok(Err(e))) => last = Some(e),
+                Some(Err(e)) => last = Some(io::Error::other(e)),
+                None => {}
+            },
+            _ = tokio::time::sleep(he.try_delay), if more => {}
+        }
+    }
 }

@@ -13,14 +13,14 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
-use super::tcp::{listener_opts, SockOpts, TProxy};
-use crate::common::sys;
+use super::sockopt::{SockOpts, TProxy};
+use crate::common::{sys, Network};
 
 /// Binds a UDP listener: in either tproxy mode transparent and told each datagram's original
 /// destination ([`recv_orig`]), with `SO_MARK` when `opts` has one.
 pub fn bind(addr: SocketAddr, opts: &SockOpts) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    listener_opts(&SockRef::from(&s), addr, opts)?;
+    opts.apply_listener(&SockRef::from(&s), addr, Network::Udp)?;
     if opts.tproxy != TProxy::Off {
         let fd = s.as_raw_fd();
         let named = |e: io::Error| io::Error::new(e.kind(), format!("IP_RECVORIGDSTADDR: {e}"));

@@ -209,7 +209,12 @@ impl Freedom {
 
     async fn open_udp(&self, default_rule: bool) -> io::Result<Box<dyn PacketConn>> {
         Ok(Box::new(FreedomUdp {
-            sock: bind_dual_stack(self.sockopt.bind).await?,
+            sock: {
+                let s = bind_dual_stack(self.sockopt.bind).await?;
+                self.sockopt
+                    .apply_any(&socket2::SockRef::from(&s), crate::common::Network::Udp)?;
+                s
+            },
             freedom: self.clone(),
             default_rule,
             resolved: std::sync::Mutex::new(HashMap::new()),

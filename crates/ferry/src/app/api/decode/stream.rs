@@ -214,6 +214,41 @@ fn sockopt(so: &pb::SocketConfig) -> Result<Option<Value>, Error> {
     if !so.dialer_proxy.is_empty() {
         j.insert("dialerProxy".into(), json!(so.dialer_proxy));
     }
+    if so.tfo != 0 {
+        j.insert("tcpFastOpen".into(), json!(so.tfo));
+    }
+    if so.v6only {
+        j.insert("v6only".into(), json!(true));
+    }
+    // Xray's DomainStrategy numbers, in its JSON names.
+    const STRATEGIES: [&str; 11] = [
+        "AsIs",
+        "UseIP",
+        "UseIPv4",
+        "UseIPv6",
+        "UseIPv4v6",
+        "UseIPv6v4",
+        "ForceIP",
+        "ForceIPv4",
+        "ForceIPv6",
+        "ForceIPv4v6",
+        "ForceIPv6v4",
+    ];
+    match usize::try_from(so.domain_strategy)
+        .ok()
+        .and_then(|i| STRATEGIES.get(i))
+    {
+        Some(&"AsIs") => {}
+        Some(s) => {
+            j.insert("domainStrategy".into(), json!(s));
+        }
+        None => {
+            return Err(format!(
+                "transport/internet: unknown domain strategy {}",
+                so.domain_strategy
+            ))
+        }
+    }
     // Xray's TProxyMode: Off = 0, TProxy = 1, Redirect = 2.
     match so.tproxy {
         0 => {}
@@ -349,6 +384,17 @@ mod tests {
         assert_eq!(sockopt(&so(2)).unwrap().unwrap()["tproxy"], "redirect");
         assert!(sockopt(&so(0)).unwrap().unwrap().get("tproxy").is_none());
         assert!(sockopt(&so(7)).is_err());
+        let j = sockopt(&pb::SocketConfig {
+            tfo: 256,
+            v6only: true,
+            domain_strategy: 7,
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(j["tcpFastOpen"], 256);
+        assert_eq!(j["v6only"], true);
+        assert_eq!(j["domainStrategy"], "ForceIPv4");
     }
 
     #[test]
