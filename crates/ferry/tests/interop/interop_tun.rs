@@ -52,26 +52,46 @@ fn route_lan_into_tun(net: &Lan) {
 
 /// The VLESS server's config (Ferry and Xray read it alike), at 10.231.2.2.
 pub(crate) fn server_config() -> String {
-    // The echo servers are on a private address: allowed here, as an Xray config would.
-    let freedom = r#"{"protocol":"freedom","settings":{"finalRules":[{"action":"allow","ip":["10.231.0.0/16"]}]}}"#;
+    // The echo servers are on a private address: allowed here, as an Xray config would. A
+    // name the client only knows as a fake address comes here as a name: `echo.test`.
+    let freedom = r#"{"protocol":"freedom","settings":{"domainStrategy":"UseIPv4",
+      "finalRules":[{"action":"allow","ip":["10.231.0.0/16"]}]}}"#;
     format!(
         r#"{{"log":{{"loglevel":"debug"}},
+  "dns":{{"hosts":{{"echo.test":"10.231.2.2"}},"servers":["localhost"]}},
   "inbounds":[{{"listen":"10.231.2.2","port":{VLESS},"protocol":"vless",
     "settings":{{"clients":[{{"id":"{ID}","email":"lan@router"}}],"decryption":"none"}}}}],
   "outbounds":[{freedom}]}}"#
     )
 }
 
-fn router_config() -> String {
+/// Where the LAN client sends DNS queries with `fakedns`: an address nothing has, routed into
+/// the TUN like every other.
+const RESOLVER: &str = "10.231.9.53";
+
+/// The router's config; with `fakedns`, DNS to port 53 goes to the dns outbound, which
+/// answers from the fake pool, and sniffing gives the connections to pool addresses their
+/// names back.
+fn router_config(fakedns: bool) -> String {
+    let (dns, sniff, rule, out) = if fakedns {
+        (
+            r#""dns":{"servers":["fakedns"]},"fakedns":{"ipPool":"198.18.0.0/16","poolSize":1000},"#,
+            r#","fakedns""#,
+            r#"{"network":"udp","port":"53","outboundTag":"dns-out"},"#,
+            r#",{"tag":"dns-out","protocol":"dns"}"#,
+        )
+    } else {
+        ("", "", "", "")
+    };
     format!(
-        r#"{{"log":{{"loglevel":"debug"}},
+        r#"{{"log":{{"loglevel":"debug"}},{dns}
   "inbounds":[{{"tag":"tun-in","protocol":"tun","settings":{{"name":"{TUN}","MTU":1500}},
-    "sniffing":{{"enabled":true,"destOverride":["http","tls"],"routeOnly":true}}}}],
+    "sniffing":{{"enabled":true,"destOverride":["http","tls"{sniff}],"routeOnly":true}}}}],
   "outbounds":[
     {{"tag":"proxy","protocol":"vless","settings":{{"vnext":[{{"address":"10.231.2.2","port":{VLESS},
       "users":[{{"id":"{ID}","encryption":"none"}}]}}]}}}},
-    {{"tag":"block","protocol":"blackhole"}}],
-  "routing":{{"rules":[{{"domain":["full:blocked.test"],"outboundTag":"block"}}]}}}}"#
+    {{"tag":"block","protocol":"blackhole"}}{out}],
+  "routing":{{"rules":[{rule}{{"domain":["full:blocked.test"],"outboundTag":"block"}}]}}}}"#
     )
 }
 
@@ -84,13 +104,17 @@ struct Run {
 
 impl Run {
     fn start(server: Imp) -> Run {
+        Run::start_with(server, false)
+    }
+
+    fn start_with(server: Imp, fakedns: bool) -> Run {
         let net = Lan::new("ftun");
         let echo = net.echo();
         let mut s = net.server.spawn(&bin(server), "server", &server_config());
         wait_bound(&mut s, "tcp", VLESS);
         let mut r = net
             .router
-            .spawn(&bin(Imp::Ferry), "router", &router_config());
+            .spawn(&bin(Imp::Ferry), "router", &router_config(fakedns));
         let t0 = Instant::now();
         while tun_up(&net) != Some(true) {
             assert!(
@@ -171,4 +195,37 @@ fn ferry_tun_router_through_ferry_server() {
 #[test]
 fn ferry_tun_router_through_xray_server() {
     Run::start(Imp::Xray).check();
+}
+
+/// FakeDNS through the TUN: the client asks a resolver address routed into the device, the
+/// router's dns outbound answers from the fake pool, and each connection to a fake address is
+/// sniffed back to its name: routed by it (a blocked name is cut) and sent on as the name,
+/// which the server resolves itself.
+#[test]
+fn ferry_tun_fakedns_through_xray_server() {
+    let run = Run::start_with(Imp::Xray, true);
+    let port = ECHO_TCP.to_string();
+    let out = run.tool(&["named", RESOLVER, "echo.test", &port, &MB.to_string()]);
+    assert!(
+        out.contains("resolved 198.18."),
+        "not a fake address: {out}"
+    );
+    let (ok, out) = run
+        .net
+        .client_tool(&["named", RESOLVER, "blocked.test", &port, "1000"]);
+    assert!(
+        !ok && out.contains("resolved 198.18."),
+        "blocked.test by its fake address went through: {out}\n{}",
+        run.logs()
+    );
+    let server = run.server.output();
+    assert!(
+        server.contains("echo.test:7001"),
+        "the server was not asked for the name:\n{}",
+        run.logs()
+    );
+    assert!(
+        !server.contains("blocked.test"),
+        "the blocked name reached the server:\n{server}"
+    );
 }

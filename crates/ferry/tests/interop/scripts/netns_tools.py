@@ -6,6 +6,8 @@ through a proxy and checks every byte comes back.
   netns_tools.py tcp PROXY_PORT HOST PORT BYTES    TCP through SOCKS5, echoed byte-exact
   netns_tools.py udp PROXY_PORT HOST PORT COUNT    UDP through SOCKS5 UDP ASSOCIATE
   netns_tools.py http HOST PORT NAME               an HTTP request for NAME, echoed whole
+  netns_tools.py resolve DNS NAME                  an A query for NAME to DNS:53 over UDP
+  netns_tools.py named DNS NAME PORT BYTES         NAME resolved at DNS, then `tcp` to it
 A PROXY_PORT of 0 means no proxy: straight to HOST:PORT (a route may send it into a tunnel).
 Prints "ok ..." and exits 0 on success; anything else is a failure.
 """
@@ -191,6 +193,44 @@ def udp(proxy_port, host, port, count):
     print("ok udp %d cone=%s" % (ok, cone))
 
 
+def resolve(dns, name):
+    """The first A record of NAME from the DNS server at DNS:53 (UDP)."""
+    qid = 0x4652
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\x00" + struct.pack(">HH", 1, 1)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(3)
+    for _ in range(5):
+        u.sendto(q, (dns, 53))
+        try:
+            r, _ = u.recvfrom(4096)
+        except socket.timeout:
+            continue
+        if struct.unpack(">H", r[:2])[0] != qid:
+            continue
+        ancount = struct.unpack(">H", r[6:8])[0]
+        at = len(q)
+        for _ in range(ancount):
+            # A name (a pointer or labels), type, class, TTL, length, data.
+            if r[at] & 0xC0 == 0xC0:
+                at += 2
+            else:
+                while r[at] != 0:
+                    at += 1 + r[at]
+                at += 1
+            rtype, _, _, rdlen = struct.unpack(">HHIH", r[at:at + 10])
+            at += 10
+            if rtype == 1 and rdlen == 4:
+                return socket.inet_ntoa(r[at:at + 4])
+            at += rdlen
+        print("no A record for %s in %d answers" % (name, ancount))
+        sys.exit(1)
+    print("no DNS answer for %s" % name)
+    sys.exit(1)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "echo":
@@ -201,3 +241,9 @@ if __name__ == "__main__":
         udp(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == "http":
         http(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif cmd == "resolve":
+        print("ok resolve %s" % resolve(sys.argv[2], sys.argv[3]))
+    elif cmd == "named":
+        ip = resolve(sys.argv[2], sys.argv[3])
+        print("resolved %s" % ip)
+        tcp(0, ip, int(sys.argv[4]), int(sys.argv[5]))
