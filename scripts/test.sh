@@ -25,7 +25,7 @@ trap 'rm -f "$log"' EXIT
 # Every test binary runs even when one fails, so a red run names all its failures.
 status=0
 step tests
-cargo test --workspace --release --no-fail-fast -- --test-threads=2 2>&1 | tee "$log" || status=$?
+cargo test --workspace --profile ci --no-fail-fast -- --test-threads=2 2>&1 | tee "$log" || status=$?
 # One closing line over every test binary (the last binary cargo runs is often doc-tests with 0).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
      END { printf "Summary: %d passed, %d failed\n", p, f }' "$log"
