@@ -12,6 +12,9 @@ pub const ALL_IMPLS: &[&str] = &[
     "ferry",
     "xray",
     "sing-box",
+    // sing-box's TUN with its other two stacks (`sing-box` is its `system` stack there).
+    "sing-box-gvisor",
+    "sing-box-mixed",
     "v2ray",
     "ss-rust",
     "ss-libev",

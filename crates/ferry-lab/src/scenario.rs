@@ -19,6 +19,10 @@ pub enum Entry {
     Socks,
     /// No proxy: loadgen talks to the receiver itself.
     Direct,
+    /// Loadgen and iperf3 talk to the receiver's own address, and the client node carries the
+    /// connections anyway: a TUN device or a transparent-proxy rule takes what its LAN side
+    /// forwards (the testbed only: the client's `setup` installs the routes or rules).
+    Transparent,
 }
 
 /// One scenario file.
@@ -72,6 +76,13 @@ pub struct ProcSpec {
     /// Placeholder names of the UDP ports it binds (a QUIC server).
     #[serde(default)]
     pub listen_udp: Vec<String>,
+    /// A network device the process creates (a TUN inbound's), waited for until it is up.
+    pub tun: Option<String>,
+    /// Commands run in the process's node once it is ready (after `listen` and `tun`), each
+    /// an argv with placeholders: the routes into a TUN device, transparent-proxy rules. They
+    /// go with the testbed's namespaces.
+    #[serde(default)]
+    pub setup: Vec<Vec<String>>,
 }
 
 impl ProcSpec {

@@ -276,7 +276,7 @@ pub(crate) struct RunArgs {
     #[arg(
         long = "impl",
         value_delimiter = ',',
-        default_value = "ferry,xray,sing-box,v2ray,ss-rust,ss-libev,trojan,trojan-go,ssr-python,ssr-python-server"
+        default_value = "ferry,xray,sing-box,sing-box-gvisor,sing-box-mixed,v2ray,ss-rust,ss-libev,trojan,trojan-go,ssr-python,ssr-python-server"
     )]
     pub(crate) impls: Vec<String>,
     /// Connection counts for throughput tests.

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::loadgen::Target;
 use crate::procs::{self, ProcSet};
@@ -69,6 +69,11 @@ impl Ctx<'_> {
                 drop(bed);
                 set.wait_listening(&listen.tcp, Duration::from_secs(15))?;
                 set.wait_bound_udp(&listen.udp, Duration::from_secs(15))?;
+                self.set_up_beside(&mut set, &name, node_of(&name, count), &listen)?;
+            }
+            if s.entry == Entry::Transparent {
+                // Loadgen talks to the receiver itself; the client node takes it on the way.
+                return self.transparent(set, target_port);
             }
             entry = Some(
                 vars.get("entry_port")
@@ -100,6 +105,53 @@ impl Ctx<'_> {
                 socks_dest: None,
                 inner_tls,
             },
+        };
+        Ok(Chain { procs: set, target })
+    }
+
+    /// What a process needs beside it before the next starts: its TUN device up, then its
+    /// setup commands (routes, rules) in its node.
+    fn set_up_beside(
+        &self,
+        set: &mut ProcSet,
+        name: &str,
+        node: &str,
+        listen: &super::render::Listen,
+    ) -> Result<()> {
+        if listen.tun.is_none() && listen.setup.is_empty() {
+            return Ok(());
+        }
+        let bed = self.bed.borrow();
+        let Some(b) = bed.as_ref() else {
+            bail!("{name} sets up devices or rules: it runs on the testbed only (--testbed)");
+        };
+        if let Some(dev) = &listen.tun {
+            let t0 = std::time::Instant::now();
+            while b.tb.link_up(node, dev) != Some(true) {
+                set.check_alive()?;
+                if t0.elapsed() > Duration::from_secs(15) {
+                    bail!("{name}: its device {dev} never came up in node {node}");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        for argv in &listen.setup {
+            b.tb.run_in(node, argv)
+                .with_context(|| format!("{name}'s setup in node {node}"))?;
+        }
+        Ok(())
+    }
+
+    /// A transparent chain's target: the receiver's own address.
+    fn transparent(&self, set: ProcSet, target_port: u16) -> Result<Chain> {
+        let bed = self.bed.borrow();
+        let b = bed
+            .as_ref()
+            .ok_or_else(|| anyhow!("a transparent scenario runs on the testbed only"))?;
+        let target = Target {
+            connect: std::net::SocketAddr::new(b.addr("d"), target_port),
+            socks_dest: None,
+            inner_tls: self.o.inner_tls.clone(),
         };
         Ok(Chain { procs: set, target })
     }

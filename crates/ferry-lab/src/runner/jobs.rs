@@ -62,6 +62,20 @@ pub(super) fn plan(o: &RunOpts, scns: &[Scenario], rows: &mut Vec<Row>) -> Vec<J
                 ));
             }
         }
+        if s.entry == Entry::Transparent && o.testbed.is_none() {
+            for i in &impls {
+                rows.push(Row::failed(
+                    &s.name,
+                    i,
+                    "-",
+                    0,
+                    0,
+                    Status::Skipped,
+                    format!("{} runs on the testbed only (--testbed)", s.name),
+                ));
+            }
+            continue;
+        }
         for imp in &impls {
             for t in &o.tests {
                 for p in params(o, *t) {

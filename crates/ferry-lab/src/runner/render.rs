@@ -38,6 +38,9 @@ pub fn base_vars(
     for h in ["entry_host", "server_host", "target_host"] {
         v.insert(h.into(), "127.0.0.1".into());
     }
+    // The client node's LAN side on the testbed (B's veth towards A), where a transparent
+    // scenario's rules take loadgen's connections.
+    v.insert("lan_dev".into(), "to-a".into());
     if let Some((c, k, sha)) = cert {
         v.insert("cert".into(), c.display().to_string());
         v.insert("key".into(), k.display().to_string());
@@ -89,6 +92,12 @@ impl Ctx<'_> {
             }
             names.extend(p.listen.iter().cloned());
             names.extend(p.listen_udp.iter().cloned());
+            names.extend(
+                p.setup
+                    .iter()
+                    .flatten()
+                    .flat_map(|a| scenario::placeholders(a)),
+            );
             for n in names {
                 if n.ends_with("_port") && !vars.contains_key(&n) {
                     vars.insert(n, procs::free_port()?.to_string());
@@ -126,9 +135,33 @@ impl Ctx<'_> {
                     })
                     .collect::<Result<Vec<u16>>>()
             };
+            let setup = p
+                .setup
+                .iter()
+                .map(|argv| {
+                    let mut argv = argv
+                        .iter()
+                        .map(|a| scenario::render(a, &pv))
+                        .collect::<Result<Vec<_>>>()?;
+                    if argv.is_empty() {
+                        return Err(anyhow!(
+                            "{}: {imp}/{}: an empty setup command",
+                            s.name,
+                            p.name
+                        ));
+                    }
+                    // ip and sysctl are the system's; nft and the rest come from the peers.
+                    if !["ip", "sysctl"].contains(&argv[0].as_str()) {
+                        argv[0] = self.bin(&argv[0])?.display().to_string();
+                    }
+                    Ok(argv)
+                })
+                .collect::<Result<Vec<_>>>()?;
             let listen = Listen {
                 tcp: ports(&p.listen)?,
                 udp: ports(&p.listen_udp)?,
+                tun: p.tun.clone(),
+                setup,
             };
             out.push((p.name.clone(), self.bin(&p.bin)?, args, listen));
         }
@@ -178,8 +211,11 @@ impl Ctx<'_> {
     }
 }
 
-/// The ports a process listens on before the next one starts.
+/// What a process must have done before the next one starts: the ports it listens on, the
+/// device it creates; then the commands run beside it.
 pub struct Listen {
     pub tcp: Vec<u16>,
     pub udp: Vec<u16>,
+    pub tun: Option<String>,
+    pub setup: Vec<Vec<String>>,
 }

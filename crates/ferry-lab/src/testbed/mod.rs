@@ -176,6 +176,28 @@ impl Testbed {
         c
     }
 
+    /// Runs `argv` inside `node`'s namespace, failing with its stderr.
+    pub fn run_in(&self, node: &str, argv: &[String]) -> Result<()> {
+        let (prog, args) = argv
+            .split_first()
+            .ok_or_else(|| anyhow!("an empty command"))?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        host::in_ns(&self.node(node).ns, prog, &args)
+    }
+
+    /// Whether `node` has the device `dev`, and it is up (`None`: no such device).
+    pub fn link_up(&self, node: &str, dev: &str) -> Option<bool> {
+        let out = self
+            .command(node, "ip")
+            .args(["-o", "link", "show", "dev", dev])
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).contains(",UP"))
+    }
+
     /// A tokio runtime whose every thread lives in `node`'s namespace (loadgen in A, the
     /// receiver in D run in-process this way).
     pub fn runtime(&self, node: &str) -> Result<NsRuntime> {

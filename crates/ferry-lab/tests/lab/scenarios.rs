@@ -35,6 +35,8 @@ const MUST_SHIP: &[&str] = &[
     "vless-xhttp-stream-up-tls",
     "vless-xhttp-stream-one-tls",
     "vless-xhttp-reality",
+    "tun",
+    "tproxy",
 ];
 
 /// `ssr-ciphers` (issue 16's cipher report) names a group: its six SSR rows and two AEAD rows.
@@ -77,6 +79,7 @@ fn every_scenario_parses_and_renders() {
             let mut texts: Vec<String> = Vec::new();
             for p in &procs {
                 texts.extend(p.args.clone());
+                texts.extend(p.setup.iter().flatten().cloned());
                 if let Some(t) = s.template_text(&dir, p).unwrap() {
                     texts.push(t);
                 }
@@ -90,10 +93,17 @@ fn every_scenario_parses_and_renders() {
                     }
                 }
             }
+            // A transparent chain has no entry: loadgen talks to the receiver's address.
             assert!(
-                vars.contains_key("entry_port"),
+                s.entry == Entry::Transparent || vars.contains_key("entry_port"),
                 "{name}/{imp}: no {{{{entry_port}}}}"
             );
+            if s.entry == Entry::Transparent {
+                assert!(
+                    procs.iter().any(|p| !p.setup.is_empty()),
+                    "{name}/{imp}: a transparent chain with no setup takes nothing"
+                );
+            }
             for p in &procs {
                 for ln in &p.listen {
                     assert!(
@@ -102,8 +112,13 @@ fn every_scenario_parses_and_renders() {
                         p.name
                     );
                 }
-                for a in &p.args {
-                    scenario::render(a, &vars).unwrap_or_else(|e| panic!("{name}/{imp}: {e:#}"));
+                for a in p.args.iter().chain(p.setup.iter().flatten()) {
+                    let out = scenario::render(a, &vars)
+                        .unwrap_or_else(|e| panic!("{name}/{imp}: {e:#}"));
+                    assert!(
+                        !out.contains("{{"),
+                        "{name}/{imp}: placeholder left in {a:?}"
+                    );
                 }
                 let Some(t) = s.template_text(&dir, p).unwrap() else {
                     continue;

@@ -552,6 +552,62 @@ fn run_places_chains_on_the_testbed() {
 /// `ferry-lab report 002 --quick` with small transfers: Vision and TLS for Ferry and Xray under
 /// two caps of the server node and two inner record sizes, in the results.json schema,
 /// with the table and one chart per scenario and record size.
+/// The transparent scenarios: loadgen in A talks to the receiver's own address, and node B's
+/// TUN device (Ferry's, Xray's) or TPROXY rule (forwarding off) carries it through the chain.
+/// Off the testbed they are skipped rows that say why.
+#[test]
+fn transparent_chains_carry_loadgen_through_tun_and_tproxy() {
+    let _serial = serial();
+    let out = tmp("transparent");
+    let (text, v) = lab_run(
+        &[
+            "run",
+            "tun",
+            "tproxy",
+            "--impl",
+            "ferry,xray",
+            "--testbed",
+            "--tests",
+            "throughput",
+            "--streams",
+            "1",
+            "--amount",
+            "4M",
+            "--no-charts",
+        ],
+        &out,
+    );
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{text}");
+    for r in rows {
+        let what = format!("{} {}", r["scenario"], r["implementation"]);
+        assert_eq!(r["status"], "ok", "{what}: {r}");
+        assert_eq!(r["bytes"], 4 << 20, "{what}");
+        // The chain's processes did the carrying (a bypass would leave them idle).
+        assert!(r["cpu_secs"].as_f64().unwrap() > 0.0, "{what}: {r}");
+    }
+    let (text, v) = lab_run(
+        &[
+            "run",
+            "tun",
+            "--impl",
+            "ferry",
+            "--tests",
+            "throughput",
+            "--no-charts",
+        ],
+        &out,
+    );
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{text}");
+    assert_eq!(rows[0]["status"], "skipped", "{text}");
+    assert!(
+        rows[0]["message"].as_str().unwrap().contains("--testbed"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn report_002_quick_writes_its_table_and_charts() {
     let _serial = serial();

@@ -8,6 +8,20 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bytes::{BufMut, BytesMut};
 
+/// Parses `IP/len` (or a bare `IP`: the whole address); `None` for a bad address or a prefix
+/// longer than the family's.
+pub fn parse_prefix(s: &str) -> Option<(IpAddr, u8)> {
+    let (ip, bits) = match s.split_once('/') {
+        Some((ip, b)) => (ip.parse::<IpAddr>().ok()?, b.parse::<u8>().ok()?),
+        None => {
+            let ip = s.parse::<IpAddr>().ok()?;
+            (ip, if ip.is_ipv4() { 32 } else { 128 })
+        }
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((ip, bits))
+}
+
 /// A host: an IP address or a domain name (not resolved yet).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Address {

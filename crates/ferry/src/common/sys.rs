@@ -172,6 +172,84 @@ pub fn open_tun(name: &str, mtu: u32) -> io::Result<tokio::io::unix::AsyncFd<std
     unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
 }
 
+/// The kernel's `struct in6_ifreq` (linux/ipv6.h): what SIOCSIFADDR reads on an IPv6 socket.
+#[repr(C)]
+struct In6Ifreq {
+    addr: libc::in6_addr,
+    prefixlen: u32,
+    ifindex: libc::c_int,
+}
+
+/// Adds `addr/prefix` to the interface `name` (as `ip addr add`: the kernel adds the prefix
+/// route; the address goes with the interface). IPv4 through SIOCSIFADDR and SIOCSIFNETMASK,
+/// IPv6 through SIOCSIFADDR on an IPv6 socket.
+pub fn add_address(name: &str, addr: std::net::IpAddr, prefix: u8) -> io::Result<()> {
+    let fail = |what: &str| {
+        let e = io::Error::last_os_error();
+        io::Error::new(e.kind(), format!("{what} {addr}/{prefix} on {name}: {e}"))
+    };
+    match addr {
+        std::net::IpAddr::V4(a) => {
+            let ctl = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            let sin = |ip: u32| libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr { s_addr: ip.to_be() },
+                sin_zero: [0; 8],
+            };
+            let mut r = ifreq(name)?;
+            // SAFETY: the union's sockaddr member is 16 bytes, as sockaddr_in is; writing a
+            // sockaddr_in over it is how the kernel reads an IPv4 interface address.
+            unsafe {
+                std::ptr::write_unaligned(
+                    std::ptr::addr_of_mut!(r.ifr_ifru.ifru_addr).cast::<libc::sockaddr_in>(),
+                    sin(u32::from(a)),
+                )
+            };
+            // SAFETY: SIOCSIFADDR reads the ifreq we pass by a valid pointer; `ctl` is ours.
+            if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCSIFADDR as _, &mut r) } != 0 {
+                return Err(fail("address"));
+            }
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            let mut m = ifreq(name)?;
+            // SAFETY: as above, a sockaddr_in over the 16-byte netmask member.
+            unsafe {
+                std::ptr::write_unaligned(
+                    std::ptr::addr_of_mut!(m.ifr_ifru.ifru_netmask).cast::<libc::sockaddr_in>(),
+                    sin(mask),
+                )
+            };
+            // SAFETY: SIOCSIFNETMASK reads the ifreq we pass by a valid pointer.
+            if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCSIFNETMASK as _, &mut m) } != 0 {
+                return Err(fail("netmask of"));
+            }
+        }
+        std::net::IpAddr::V6(a) => {
+            let ctl = std::net::UdpSocket::bind("[::]:0")?;
+            let cname = std::ffi::CString::new(name)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the name"))?;
+            // SAFETY: if_nametoindex reads the NUL-terminated name we pass.
+            let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+            if index == 0 {
+                return Err(fail("no interface for"));
+            }
+            let mut r = In6Ifreq {
+                addr: libc::in6_addr {
+                    s6_addr: a.octets(),
+                },
+                prefixlen: u32::from(prefix),
+                ifindex: index as libc::c_int,
+            };
+            // SAFETY: SIOCSIFADDR on an IPv6 socket reads an in6_ifreq, which we pass by a
+            // valid pointer; `ctl` is our own socket.
+            if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCSIFADDR as _, &mut r) } != 0 {
+                return Err(fail("address"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `setsockopt(fd, level, name, &value)` for an integer option socket2 has no call for.
 pub fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: i32) -> io::Result<()> {
     let v: libc::c_int = value;

@@ -233,6 +233,7 @@ impl Run {
 /// The router's forwarding is off: only the proxy can carry the LAN's traffic.
 fn no_forwarding(net: &Lan) {
     sysctl(&net.router, "net.ipv4.ip_forward", "0");
+    sysctl(&net.router, "net.ipv6.conf.all.forwarding", "0");
 }
 
 #[test]

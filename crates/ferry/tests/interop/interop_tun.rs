@@ -1,7 +1,7 @@
 //! The TUN inbound as a router runs it, in three namespaces the test makes (nothing of the
-//! host's is touched): a LAN client (10.231.1.2) whose default route is the router, the router
-//! (10.231.1.1 | 10.231.2.1) running Ferry with a `tun` inbound and a VLESS outbound, and a
-//! server (10.231.2.2) running a VLESS server (Ferry's or Xray v26.3.27) beside TCP and UDP
+//! host's is touched): a LAN client (10.231.1.2, fd31:1::2) whose default routes are the
+//! router, the router running Ferry with a `tun` inbound and a VLESS outbound, and a
+//! server (10.231.2.2, fd31:2::2) running a VLESS server (Ferry's or Xray v26.3.27) beside TCP and UDP
 //! echo servers. The router sends what arrives from the LAN into the TUN (a policy rule, as an
 //! operator sets it up), so the client's own sockets, with no proxy settings, reach the echo
 //! servers through the proxy: TCP byte-exact, UDP echoed with a full-cone reply, and an HTTP
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use crate::interop_wireguard::{bin, Imp};
-use crate::netns::{wait_bound, Lan, ECHO_TCP, ECHO_UDP};
+use crate::netns::{wait_bound, Lan, ECHO_TCP, ECHO_UDP, SERVER6};
 
 const VLESS: u16 = 8443;
 const ID: &str = "5783a3e7-e373-51cd-8642-c83782b807c5";
@@ -39,15 +39,23 @@ fn tun_up(net: &Lan) -> Option<bool> {
         .then(|| String::from_utf8_lossy(&out.stdout).contains(",UP"))
 }
 
-/// The operator's part: what arrives from the LAN is routed into the TUN.
+/// The operator's part: what arrives from the LAN, IPv4 and IPv6, is routed into the TUN.
 fn route_lan_into_tun(net: &Lan) {
     let r = &net.router;
-    r.run(
-        "ip",
-        &["route", "add", "default", "dev", TUN, "table", "100"],
-        true,
-    );
-    r.run("ip", &["rule", "add", "iif", "tr0", "lookup", "100"], true);
+    for family in ["-4", "-6"] {
+        r.run(
+            "ip",
+            &[
+                family, "route", "add", "default", "dev", TUN, "table", "100",
+            ],
+            true,
+        );
+        r.run(
+            "ip",
+            &[family, "rule", "add", "iif", "tr0", "lookup", "100"],
+            true,
+        );
+    }
 }
 
 /// The VLESS server's config (Ferry and Xray read it alike), at 10.231.2.2.
@@ -55,7 +63,7 @@ pub(crate) fn server_config() -> String {
     // The echo servers are on a private address: allowed here, as an Xray config would. A
     // name the client only knows as a fake address comes here as a name: `echo.test`.
     let freedom = r#"{"protocol":"freedom","settings":{"domainStrategy":"UseIPv4",
-      "finalRules":[{"action":"allow","ip":["10.231.0.0/16"]}]}}"#;
+      "finalRules":[{"action":"allow","ip":["10.231.0.0/16","fd31::/16"]}]}}"#;
     format!(
         r#"{{"log":{{"loglevel":"debug"}},
   "dns":{{"hosts":{{"echo.test":"10.231.2.2"}},"servers":["localhost"]}},
@@ -85,7 +93,8 @@ fn router_config(fakedns: bool) -> String {
     };
     format!(
         r#"{{"log":{{"loglevel":"debug"}},{dns}
-  "inbounds":[{{"tag":"tun-in","protocol":"tun","settings":{{"name":"{TUN}","MTU":1500}},
+  "inbounds":[{{"tag":"tun-in","protocol":"tun","settings":{{"name":"{TUN}","MTU":1500,
+      "address":["172.19.0.1/30","fd31:9::1/126"]}},
     "sniffing":{{"enabled":true,"destOverride":["http","tls"{sniff}],"routeOnly":true}}}}],
   "outbounds":[
     {{"tag":"proxy","protocol":"vless","settings":{{"vnext":[{{"address":"10.231.2.2","port":{VLESS},
@@ -129,6 +138,13 @@ impl Run {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        // sing-box's `address`: added to the device.
+        let addrs = net
+            .router
+            .run("ip", &["-o", "addr", "show", "dev", TUN], true);
+        for a in ["inet 172.19.0.1/30", "inet6 fd31:9::1/126"] {
+            assert!(addrs.contains(a), "{TUN} lacks {a}:\n{addrs}");
+        }
         route_lan_into_tun(&net);
         Run {
             net,
@@ -152,26 +168,30 @@ impl Run {
         out
     }
 
-    /// TCP and UDP from the LAN client, each byte back; sniffing's domain rule.
+    /// TCP and UDP from the LAN client to the server's IPv4 and IPv6 addresses, each byte
+    /// back; sniffing's domain rule.
     fn check(&self) {
         let (tcp, udp) = (ECHO_TCP.to_string(), ECHO_UDP.to_string());
-        self.tool(&["tcp", "0", "10.231.2.2", &tcp, &(4 * MB).to_string()]);
-        let out = self.tool(&["udp", "0", "10.231.2.2", &udp, "20"]);
-        assert!(out.contains("cone=True"), "no full-cone reply: {out}");
-        self.tool(&["http", "10.231.2.2", &tcp, "allowed.test"]);
-        let (ok, out) = self
-            .net
-            .client_tool(&["http", "10.231.2.2", &tcp, "blocked.test"]);
-        assert!(
-            !ok && out.contains("not echoed"),
-            "blocked.test went through: {out}\n{}",
-            self.logs()
-        );
-        let log = self.router.output();
-        assert!(
-            log.contains("10.231.1.2"),
-            "the session's source is the LAN client:\n{log}"
-        );
+        for (host, client) in [("10.231.2.2", "10.231.1.2"), (SERVER6, "fd31:1::2")] {
+            self.tool(&["tcp", "0", host, &tcp, &(4 * MB).to_string()]);
+            let out = self.tool(&["udp", "0", host, &udp, "20"]);
+            assert!(
+                out.contains("cone=True"),
+                "{host}: no full-cone reply: {out}"
+            );
+            self.tool(&["http", host, &tcp, "allowed.test"]);
+            let (ok, out) = self.net.client_tool(&["http", host, &tcp, "blocked.test"]);
+            assert!(
+                !ok && out.contains("not echoed"),
+                "blocked.test at {host} went through: {out}\n{}",
+                self.logs()
+            );
+            let log = self.router.output();
+            assert!(
+                log.contains(client),
+                "the session's source is the LAN client {client}:\n{log}"
+            );
+        }
     }
 }
 

@@ -115,9 +115,15 @@ pub(crate) const ECHO_TCP: u16 = 7001;
 pub(crate) const ECHO_UDP: u16 = 7002;
 const TOOLS: &str = include_str!("scripts/netns_tools.py");
 
+/// The server's IPv6 address in a [`Lan`] (the echo servers listen on it too).
+pub(crate) const SERVER6: &str = "fd31:2::2";
+
 /// A home network as a router serves it, in three namespaces joined by two veth pairs: a LAN
-/// client (10.231.1.2, device tc0) whose default route is the router (10.231.1.1 on tr0,
-/// 10.231.2.1 on tr1), which forwards, and a server (10.231.2.2 on ts0); and the tools script.
+/// client (10.231.1.2 and fd31:1::2, device tc0) whose default routes are the router
+/// (10.231.1.1 and fd31:1::1 on tr0, 10.231.2.1 and fd31:2::1 on tr1), which forwards, and a
+/// server (10.231.2.2 and fd31:2::2 on ts0); and the tools script. The IPv6 addresses are
+/// unique local ones (nothing outside the namespaces has them), added without duplicate
+/// address detection so they are usable at once.
 pub(crate) struct Lan {
     pub client: Ns,
     pub router: Ns,
@@ -158,12 +164,35 @@ impl Lan {
             ns.run("ip", &["addr", "add", addr, "dev", dev], true);
             ns.run("ip", &["link", "set", dev, "up"], true);
         }
+        for (ns, dev, addr) in [
+            (&client, "tc0", "fd31:1::2/64"),
+            (&router, "tr0", "fd31:1::1/64"),
+            (&router, "tr1", "fd31:2::1/64"),
+            (&server, "ts0", "fd31:2::2/64"),
+        ] {
+            ns.run(
+                "ip",
+                &["-6", "addr", "add", addr, "dev", dev, "nodad"],
+                true,
+            );
+        }
         client.run(
             "ip",
             &["route", "add", "default", "via", "10.231.1.1"],
             true,
         );
+        client.run(
+            "ip",
+            &["-6", "route", "add", "default", "via", "fd31:1::1"],
+            true,
+        );
+        server.run(
+            "ip",
+            &["-6", "route", "add", "fd31:1::/64", "via", "fd31:2::1"],
+            true,
+        );
         sysctl(&router, "net.ipv4.ip_forward", "1");
+        sysctl(&router, "net.ipv6.conf.all.forwarding", "1");
         // Replies come back out of the TUN from addresses the main table routes elsewhere.
         for k in ["all", "default"] {
             sysctl(&router, &format!("net.ipv4.conf.{k}.rp_filter"), "0");
@@ -182,12 +211,16 @@ impl Lan {
         self.tools.path().join("t.py").to_str().unwrap().to_string()
     }
 
-    /// TCP and UDP echo servers on the server, at [`ECHO_TCP`] and [`ECHO_UDP`].
+    /// TCP and UDP echo servers on the server's two addresses, at [`ECHO_TCP`] and [`ECHO_UDP`].
     pub fn echo(&self) -> Proc {
         let mut p = Proc {
             child: Command::new("ip")
                 .args(["netns", "exec", &self.server.0, "python3", &self.script()])
-                .args(["echo", "10.231.2.2", &ECHO_TCP.to_string()])
+                .args([
+                    "echo",
+                    &format!("10.231.2.2,{SERVER6}"),
+                    &ECHO_TCP.to_string(),
+                ])
                 .arg(ECHO_UDP.to_string())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())

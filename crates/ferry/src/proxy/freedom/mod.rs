@@ -162,6 +162,11 @@ impl Freedom {
 
     async fn resolve(&self, dest: &Destination) -> io::Result<Vec<SocketAddr>> {
         let mut addrs = tcp::resolve(dest).await?;
+        // The strategy picks among a name's addresses; an address is dialled as it is (Xray's
+        // freedom resolves only domains: UseIPv4 still dials an IPv6 literal).
+        if matches!(dest.addr, crate::common::Address::Ip(_)) {
+            return Ok(addrs);
+        }
         match self.strategy {
             Strategy::UseIpv4 => addrs.retain(SocketAddr::is_ipv4),
             Strategy::UseIpv6 => addrs.retain(SocketAddr::is_ipv6),

@@ -12,6 +12,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use crate::common::addr::parse_prefix as parse_cidr;
 use crate::common::{own, Destination, Network};
 use crate::config::reader::{int32_range, ConfigError, Obj, Result};
 
@@ -54,18 +55,6 @@ const PRIVATE: &[&str] = &[
 /// protocols the table marks `guarded`: Xray's list, ShadowsocksR with Shadowsocks).
 pub fn guarded(protocol: &str) -> bool {
     crate::proxy::table::guarded(protocol)
-}
-
-fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
-    let (ip, bits) = match s.split_once('/') {
-        Some((ip, b)) => (ip.parse::<IpAddr>().ok()?, b.parse::<u8>().ok()?),
-        None => {
-            let ip = s.parse::<IpAddr>().ok()?;
-            (ip, if ip.is_ipv4() { 32 } else { 128 })
-        }
-    };
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    (bits <= max).then_some((ip, bits))
 }
 
 fn in_cidr(ip: IpAddr, (net, bits): (IpAddr, u8)) -> bool {

@@ -47,6 +47,9 @@ impl InboundHandler for Tun {
     fn open_device(&self, ctx: InboundCtx) -> io::Result<DeviceTask> {
         let s = &self.settings;
         let fd = Arc::new(crate::common::sys::open_tun(&s.name, s.mtu)?);
+        for &(ip, prefix) in &s.address {
+            crate::common::sys::add_address(&s.name, ip, prefix)?;
+        }
         let owner = Arc::new(OnceLock::<Owner>::new());
         if s.level != 0 {
             let level = s.level;

@@ -2,12 +2,15 @@
 //! connections and UDP flows of the packets the system routes into it on Ferry's userspace
 //! stack; each becomes a session (source = the packet's source, destination = where it went,
 //! sniffing as configured), routed like any inbound's. As in Xray v26.3.27 the inbound only
-//! creates the device, sets its MTU and sets its link up: addresses, routes and rules are the
-//! operator's (and the outbounds leave through `sockopt.interface` or `sockopt.mark` rules).
+//! creates the device, sets its MTU and sets its link up; routes and rules are the operator's
+//! (and the outbounds leave through `sockopt.interface` or `sockopt.mark` rules). Addresses
+//! too, unless the config gives sing-box's `address` (which v26.3.27 ignores): each is added
+//! to the device, and goes with it.
 //! ICMP echo to any address through the device is answered by the stack.
 
 mod inbound;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::{InboundBuild, InboundHandler};
@@ -29,6 +32,8 @@ pub struct Settings {
     pub mtu: u32,
     /// `userLevel`: the policy level of its sessions.
     pub level: u32,
+    /// `address` (sing-box's; Xray has none): prefixes added to the device, e.g. 172.19.0.1/30.
+    pub address: Vec<(IpAddr, u8)>,
 }
 
 /// The keys later Xray versions read (v26.4.13 on): accepted, as v26.3.27 ignores them.
@@ -63,7 +68,25 @@ pub fn parse(o: &Obj<'_>) -> Result<Settings> {
         },
     };
     let level = crate::proxy::socks::user_level(o)?;
-    Ok(Settings { name, mtu, level })
+    let mut address = Vec::new();
+    for (i, a) in o
+        .str_list("address")?
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let p = format!("{}[{i}]", o.key_path("address"));
+        match crate::common::addr::parse_prefix(a) {
+            Some(prefix) if a.contains('/') => address.push(prefix),
+            _ => return Err(ConfigError::new(p, format!("{a:?} is not an address with a prefix length (172.19.0.1/30, fdfe:dcba:9876::1/126)"))),
+        }
+    }
+    Ok(Settings {
+        name,
+        mtu,
+        level,
+        address,
+    })
 }
 
 pub fn build(o: &Obj<'_>, _b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
@@ -89,8 +112,17 @@ mod tests {
             Settings {
                 name: "xray0".into(),
                 mtu: 1500,
-                level: 0
+                level: 0,
+                address: vec![],
             }
+        );
+        let s = parsed(json!({"address": ["172.19.0.1/30", "fdfe:dcba:9876::1/126"]})).unwrap();
+        assert_eq!(
+            s.address,
+            [
+                ("172.19.0.1".parse().unwrap(), 30),
+                ("fdfe:dcba:9876::1".parse().unwrap(), 126)
+            ]
         );
         let s = parsed(json!({"name": "ft-tun0", "mtu": 9000, "userLevel": 1})).unwrap();
         assert_eq!((s.name.as_str(), s.mtu, s.level), ("ft-tun0", 9000, 1));
@@ -106,6 +138,14 @@ mod tests {
             e.to_string().starts_with("inbounds[0].settings.name:"),
             "{e}"
         );
+        for bad in ["172.19.0.1", "172.19.0.1/33", "tun0"] {
+            let e = parsed(json!({"address": ["10.0.0.1/8", bad]})).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("inbounds[0].settings.address[1]:"),
+                "{e}"
+            );
+        }
         let e = parsed(json!({"MTU": 70000})).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -2,7 +2,8 @@
 reach a namespace's own loopback): echo servers, and a SOCKS5 client that moves a pattern
 through a proxy and checks every byte comes back.
 
-  netns_tools.py echo HOST TCP_PORT UDP_PORT       TCP and UDP echo servers
+  netns_tools.py echo HOSTS TCP_PORT UDP_PORT      TCP and UDP echo servers on each of HOSTS
+                                                   (comma-separated, IPv4 or IPv6)
   netns_tools.py tcp PROXY_PORT HOST PORT BYTES    TCP through SOCKS5, echoed byte-exact
   netns_tools.py udp PROXY_PORT HOST PORT COUNT    UDP through SOCKS5 UDP ASSOCIATE
   netns_tools.py http HOST PORT NAME               an HTTP request for NAME, echoed whole
@@ -28,7 +29,11 @@ def pattern(n, seed=7):
     return bytes(out[:n])
 
 
-def echo(host, tcp_port, udp_port):
+def family(host):
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def echo(hosts, tcp_port, udp_port):
     class T(socketserver.BaseRequestHandler):
         def handle(self):
             while True:
@@ -38,23 +43,29 @@ def echo(host, tcp_port, udp_port):
                 self.request.sendall(d)
             self.request.shutdown(socket.SHUT_WR)
 
-    class S(socketserver.ThreadingTCPServer):
-        allow_reuse_address = True
-        daemon_threads = True
+    def udp_echo(u, u2):
+        while True:
+            d, a = u.recvfrom(65536)
+            u.sendto(d, a)
+            if d.startswith(b"cone"):
+                u2.sendto(b"from-other-port", a)
 
-    srv = S((host, tcp_port), T)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind((host, udp_port))
-    # A second socket answers from another port: replies from anywhere (full cone).
-    u2 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u2.bind((host, udp_port + 1))
+    for host in hosts.split(","):
+        class S(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+            address_family = family(host)
+
+        srv = S((host, tcp_port), T)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        u = socket.socket(family(host), socket.SOCK_DGRAM)
+        u.bind((host, udp_port))
+        # A second socket answers from another port: replies from anywhere (full cone).
+        u2 = socket.socket(family(host), socket.SOCK_DGRAM)
+        u2.bind((host, udp_port + 1))
+        threading.Thread(target=udp_echo, args=(u, u2), daemon=True).start()
     print("ready", flush=True)
-    while True:
-        d, a = u.recvfrom(65536)
-        u.sendto(d, a)
-        if d.startswith(b"cone"):
-            u2.sendto(b"from-other-port", a)
+    threading.Event().wait()
 
 
 def socks_connect(proxy_port, host, port):
@@ -98,7 +109,7 @@ def tcp(proxy_port, host, port, n):
 
 
 def udp_direct(host, port, count):
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u = socket.socket(family(host), socket.SOCK_DGRAM)
     u.settimeout(3)
     ok = 0
     for i in range(count):
@@ -110,7 +121,7 @@ def udp_direct(host, port, count):
             except socket.timeout:
                 continue
             # The echo must come from where the datagram went (a transparent proxy forges it).
-            if d == msg and a == (host, port):
+            if d == msg and a[:2] == (host, port):
                 ok += 1
                 break
             if d == msg:
