@@ -13,8 +13,14 @@ use crate::transport::sockopt::{
 /// Reads the socket options of `so` into `out`.
 pub fn read(so: &Obj<'_>, out: &mut SockOpts) -> Result<()> {
     out.mark = so.u64("mark")?.unwrap_or(0) as u32;
-    out.keepalive_idle = so.u64("tcpKeepAliveIdle")?.unwrap_or(0) as u32;
-    out.keepalive_interval = so.u64("tcpKeepAliveInterval")?.unwrap_or(0) as u32;
+    // Xray's int32s: a negative one turns keepalive off.
+    let int32 = |k: &str| -> Result<i32> {
+        let n = so.i64(k)?.unwrap_or(0);
+        i32::try_from(n)
+            .map_err(|_| ConfigError::new(so.key_path(k), format!("{n} is out of range")))
+    };
+    out.keepalive_idle = int32("tcpKeepAliveIdle")?;
+    out.keepalive_interval = int32("tcpKeepAliveInterval")?;
     out.interface = so.str("interface")?.filter(|s| !s.is_empty());
     if let Some(t) = so.str("tproxy")? {
         out.tproxy = match t.to_ascii_lowercase().as_str() {
@@ -224,11 +230,19 @@ mod tests {
             read_json(json!({"tcpFastOpen": 5})).0.unwrap().fast_open,
             Some(5)
         );
+        let o = read_json(json!({"tcpKeepAliveIdle": -1, "tcpKeepAliveInterval": 15}))
+            .0
+            .unwrap();
+        assert_eq!((o.keepalive_idle, o.keepalive_interval), (-1, 15));
     }
 
     #[test]
     fn bad_values_name_their_path() {
         let err = |v| read_json(v).0.err().unwrap().to_string();
+        assert_eq!(
+            err(json!({"tcpKeepAliveIdle": 1u64 << 40})),
+            "inbounds[0].streamSettings.sockopt.tcpKeepAliveIdle: 1099511627776 is out of range"
+        );
         assert_eq!(
             err(json!({"domainStrategy": "UseIPv5"})),
             "inbounds[0].streamSettings.sockopt.domainStrategy: unknown domain strategy \"UseIPv5\""

@@ -173,10 +173,11 @@ pub struct SockOpts {
     pub tproxy: TProxy,
     /// `SO_MARK` (needs CAP_NET_ADMIN).
     pub mark: u32,
-    /// TCP keepalive idle seconds (0 = system default).
-    pub keepalive_idle: u32,
-    /// TCP keepalive interval seconds (0 = system default).
-    pub keepalive_interval: u32,
+    /// `tcpKeepAliveIdle` seconds: probes after this long idle (0: a dialer's default of
+    /// [`DIAL_KEEPALIVE`], a listener's none; negative, with the interval not positive: off).
+    pub keepalive_idle: i32,
+    /// `tcpKeepAliveInterval` seconds between probes (0 as the idle's; negative: off).
+    pub keepalive_interval: i32,
     /// `TCP_NODELAY`; Ferry always sets it, as Xray does.
     pub no_delay: bool,
     /// `SO_BINDTODEVICE` interface name.
@@ -207,6 +208,10 @@ pub struct SockOpts {
     pub custom: Vec<CustomOpt>,
 }
 
+/// What Xray's dialer gives an outgoing TCP connection whose config names no keepalive (seen
+/// on its sockets: `ss -tnoe` shows `timer:(keepalive,45sec)`; accepted ones get none).
+pub const DIAL_KEEPALIVE: Duration = Duration::from_secs(45);
+
 fn named(what: &'static str) -> impl Fn(io::Error) -> io::Error {
     move |e| io::Error::new(e.kind(), format!("sockopt.{what}: {e}"))
 }
@@ -215,15 +220,18 @@ impl SockOpts {
     /// What every TCP connection takes, accepted or dialed.
     pub fn apply(&self, s: &SockRef<'_>) -> io::Result<()> {
         s.set_tcp_nodelay(true)?;
+        let secs = |n: i32| Duration::from_secs(n.unsigned_abs().into());
         if self.keepalive_idle > 0 || self.keepalive_interval > 0 {
             let mut ka = TcpKeepalive::new();
             if self.keepalive_idle > 0 {
-                ka = ka.with_time(Duration::from_secs(self.keepalive_idle.into()));
+                ka = ka.with_time(secs(self.keepalive_idle));
             }
             if self.keepalive_interval > 0 {
-                ka = ka.with_interval(Duration::from_secs(self.keepalive_interval.into()));
+                ka = ka.with_interval(secs(self.keepalive_interval));
             }
             s.set_tcp_keepalive(&ka)?;
+        } else if self.keepalive_idle < 0 || self.keepalive_interval < 0 {
+            s.set_keepalive(false)?;
         }
         self.apply_tcp_tuning(s)?;
         self.apply_any(s, crate::common::Network::Tcp)
@@ -278,6 +286,12 @@ impl SockOpts {
     /// What a dialing TCP socket sets before it connects.
     pub fn apply_dialer(&self, s: &SockRef<'_>) -> io::Result<()> {
         self.apply(s)?;
+        if self.keepalive_idle == 0 && self.keepalive_interval == 0 {
+            let ka = TcpKeepalive::new()
+                .with_time(DIAL_KEEPALIVE)
+                .with_interval(DIAL_KEEPALIVE);
+            s.set_tcp_keepalive(&ka)?;
+        }
         if self.max_seg > 0 {
             s.set_tcp_mss(self.max_seg).map_err(named("tcpMaxSeg"))?;
         }
@@ -400,11 +414,43 @@ mod tests {
             7000
         );
         assert_eq!(int(a.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 7);
-        // Without options nothing of these is set.
+        // Without options nothing of these is set, but a dialed connection is kept alive as
+        // Xray's are (45 s idle, 45 s between probes) and an accepted one is not.
         let plain = tcp::connect_addr(l.local_addr().unwrap(), &SockOpts::default())
             .await
             .unwrap();
         let pfd = plain.as_raw_fd();
+        assert_eq!(int(pfd, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(int(pfd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 45);
+        assert_eq!(int(pfd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 45);
+        let (pa, _) = l.accept().await.unwrap();
+        tcp::accepted(&pa, &SockOpts::default()).unwrap();
+        assert_eq!(int(pa.as_raw_fd(), libc::SOL_SOCKET, libc::SO_KEEPALIVE), 0);
+        // Given values win; a negative one turns keepalive off.
+        let set = SockOpts {
+            keepalive_idle: 30,
+            keepalive_interval: 10,
+            ..Default::default()
+        };
+        let c = tcp::connect_addr(l.local_addr().unwrap(), &set)
+            .await
+            .unwrap();
+        assert_eq!(
+            int(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
+            30
+        );
+        assert_eq!(
+            int(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_KEEPINTVL),
+            10
+        );
+        let off = SockOpts {
+            keepalive_idle: -1,
+            ..Default::default()
+        };
+        let c = tcp::connect_addr(l.local_addr().unwrap(), &off)
+            .await
+            .unwrap();
+        assert_eq!(int(c.as_raw_fd(), libc::SOL_SOCKET, libc::SO_KEEPALIVE), 0);
         assert_eq!(int(pfd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT), 0);
         assert_eq!(int(pfd, libc::SOL_SOCKET, libc::SO_MARK), 0);
         // tcpFastOpen false turns it off on a dialer.
