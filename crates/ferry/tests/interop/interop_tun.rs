@@ -192,6 +192,11 @@ impl Run {
                 "the session's source is the LAN client {client}:\n{log}"
             );
         }
+        // ICMP echo through the device is answered by the stack: to addresses nothing else
+        // has (so no host behind the router could have answered).
+        for host in ["10.231.9.9", "fd31:99::9"] {
+            self.tool(&["ping", host]);
+        }
     }
 }
 

@@ -9,6 +9,7 @@ through a proxy and checks every byte comes back.
   netns_tools.py http HOST PORT NAME               an HTTP request for NAME, echoed whole
   netns_tools.py resolve DNS NAME                  an A query for NAME to DNS:53 over UDP
   netns_tools.py named DNS NAME PORT BYTES         NAME resolved at DNS, then `tcp` to it
+  netns_tools.py ping HOST                         an ICMP (ICMPv6) echo answered by HOST
 A PROXY_PORT of 0 means no proxy: straight to HOST:PORT (a route may send it into a tunnel).
 Prints "ok ..." and exits 0 on success; anything else is a failure.
 """
@@ -242,6 +243,49 @@ def resolve(dns, name):
     sys.exit(1)
 
 
+def checksum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ping(host):
+    """One echo request (raw socket: root in the namespace), answered with the same id, sequence
+    and payload from HOST."""
+    v6 = ":" in host
+    if v6:
+        u = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        req_type, rep_type = 128, 129
+    else:
+        u = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        req_type, rep_type = 8, 0
+    u.settimeout(3)
+    ident, payload = 0x4652, b"ferry-ping-" + pattern(32)
+    for seq in range(1, 4):
+        head = struct.pack("!BBHHH", req_type, 0, 0, ident, seq)
+        # The kernel fills in ICMPv6's checksum (it covers a pseudo-header); ICMP's is ours.
+        csum = 0 if v6 else checksum(head + payload)
+        u.sendto(struct.pack("!BBHHH", req_type, 0, csum, ident, seq) + payload, (host, 0))
+        try:
+            while True:
+                d, a = u.recvfrom(4096)
+                if not v6:
+                    d = d[(d[0] & 0x0F) * 4:]  # a raw IPv4 socket gives the IP header too
+                if a[0] != host or len(d) < 8:
+                    continue
+                t, _, _, i, q = struct.unpack("!BBHHH", d[:8])
+                if t == rep_type and i == ident and q == seq and d[8:] == payload:
+                    print("ok ping %s" % host)
+                    return
+        except socket.timeout:
+            continue
+    print("no echo reply from %s" % host)
+    sys.exit(1)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "echo":
@@ -254,6 +298,8 @@ if __name__ == "__main__":
         http(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif cmd == "resolve":
         print("ok resolve %s" % resolve(sys.argv[2], sys.argv[3]))
+    elif cmd == "ping":
+        ping(sys.argv[2])
     elif cmd == "named":
         ip = resolve(sys.argv[2], sys.argv[3])
         print("resolved %s" % ip)
