@@ -228,7 +228,18 @@ fn ferry_tun_router_through_xray_server() {
 /// which the server resolves itself.
 #[test]
 fn ferry_tun_fakedns_through_xray_server() {
-    let run = Run::start_with(Imp::Xray, true);
+    fakedns_check(Imp::Xray);
+}
+
+/// The same to a Ferry server, whose freedom (`UseIPv4`) resolves the name through its `dns`
+/// object's hosts, as Xray's does (the system resolver has never heard of `echo.test`).
+#[test]
+fn ferry_tun_fakedns_through_ferry_server() {
+    fakedns_check(Imp::Ferry);
+}
+
+fn fakedns_check(server: Imp) {
+    let run = Run::start_with(server, true);
     let port = ECHO_TCP.to_string();
     let out = run.tool(&["named", RESOLVER, "echo.test", &port, &MB.to_string()]);
     assert!(

@@ -547,4 +547,8 @@ impl crate::proxy::dns::Resolve for Dns {
     async fn answer(&self, name: &str, v4: bool, v6: bool) -> Option<Answer> {
         self.resolve_allowing_fake(name, Families { v4, v6 }).await
     }
+
+    async fn lookup(&self, name: &str, v4: bool, v6: bool) -> Option<Answer> {
+        self.resolve(name, Families { v4, v6 }).await
+    }
 }

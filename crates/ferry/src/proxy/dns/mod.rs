@@ -70,6 +70,10 @@ pub trait Resolve: Send + Sync {
     /// The addresses of `name` of the families a query asks (`v4`: A, `v6`: AAAA), or `None`
     /// when the lookup got no verdict.
     async fn answer(&self, name: &str, v4: bool, v6: bool) -> Option<Answer>;
+
+    /// The same without FakeDNS: real addresses to dial (freedom's `domainStrategy`, a
+    /// WireGuard endpoint), as Xray's internal lookups never take fake ones.
+    async fn lookup(&self, name: &str, v4: bool, v6: bool) -> Option<Answer>;
 }
 
 /// The handler is shared by every session; each session keeps it alive.

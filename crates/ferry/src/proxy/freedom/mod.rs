@@ -48,6 +48,9 @@ pub struct Freedom {
     pub sockopt: SockOpts,
     /// `finalRules`: allow or block the final (resolved) destination.
     pub final_rules: Vec<FinalRule>,
+    /// The `dns` object, which resolves a name under a strategy other than `AsIs` (as Xray's
+    /// freedom asks its DNS client; `None`: the system resolver).
+    pub dns: Option<Arc<dyn crate::proxy::dns::Resolve>>,
 }
 
 impl Default for Freedom {
@@ -60,6 +63,7 @@ impl Default for Freedom {
             }),
             sockopt: SockOpts::default(),
             final_rules: Vec::new(),
+            dns: None,
         }
     }
 }
@@ -143,6 +147,7 @@ pub fn build(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandl
         dialer: b.dialer.clone(),
         sockopt: b.sockopt.clone(),
         final_rules,
+        dns: Some(b.dns.clone()),
     }))
 }
 
@@ -161,10 +166,39 @@ impl Freedom {
     }
 
     async fn resolve(&self, dest: &Destination) -> io::Result<Vec<SocketAddr>> {
+        if let (Address::Domain(name), Some(dns)) = (&dest.addr, &self.dns) {
+            let (v4, v6) = match self.strategy {
+                Strategy::AsIs => (false, false),
+                Strategy::UseIp => (true, true),
+                Strategy::UseIpv4 => (true, false),
+                Strategy::UseIpv6 => (false, true),
+            };
+            if v4 || v6 {
+                let wanted = |ip: &&IpAddr| if ip.is_ipv4() { v4 } else { v6 };
+                let addrs: Vec<SocketAddr> = dns
+                    .lookup(name, v4, v6)
+                    .await
+                    .map(|a| {
+                        a.ips
+                            .iter()
+                            .filter(wanted)
+                            .map(|ip| SocketAddr::new(*ip, dest.port))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !addrs.is_empty() {
+                    return Ok(addrs);
+                }
+                // Xray logs the failed lookup and dials the name itself.
+                tracing::debug!(
+                    "freedom: the dns object has no address for {name}; the system resolver's"
+                );
+            }
+        }
         let mut addrs = tcp::resolve(dest).await?;
         // The strategy picks among a name's addresses; an address is dialled as it is (Xray's
         // freedom resolves only domains: UseIPv4 still dials an IPv6 literal).
-        if matches!(dest.addr, crate::common::Address::Ip(_)) {
+        if matches!(dest.addr, Address::Ip(_)) {
             return Ok(addrs);
         }
         match self.strategy {

@@ -57,7 +57,7 @@ impl Resolver {
         }
         let answer = self
             .dns
-            .answer(name, a, aaaa)
+            .lookup(name, a, aaaa)
             .await
             .ok_or_else(|| io::Error::other(format!("{name}: no answer")))?;
         let pick = |want6: bool| answer.ips.iter().copied().find(|ip| ip.is_ipv6() == want6);
