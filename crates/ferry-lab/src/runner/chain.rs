@@ -71,17 +71,17 @@ impl Ctx<'_> {
                 set.wait_bound_udp(&listen.udp, Duration::from_secs(15))?;
                 self.set_up_beside(&mut set, &name, node_of(&name, count), &listen)?;
             }
-            if s.entry == Entry::Transparent {
-                // Loadgen talks to the receiver itself; the client node takes it on the way.
-                return self.transparent(set, target_port);
+            // A transparent chain has no entry: loadgen talks to the receiver itself (the
+            // target below), and the client node takes the connections on the way.
+            if s.entry != Entry::Transparent {
+                entry = Some(
+                    vars.get("entry_port")
+                        .and_then(|p| p.parse::<u16>().ok())
+                        .ok_or_else(|| {
+                            anyhow!("{}: no {{{{entry_port}}}} in {imp}'s configs", s.name)
+                        })?,
+                );
             }
-            entry = Some(
-                vars.get("entry_port")
-                    .and_then(|p| p.parse::<u16>().ok())
-                    .ok_or_else(|| {
-                        anyhow!("{}: no {{{{entry_port}}}} in {imp}'s configs", s.name)
-                    })?,
-            );
         }
         let (entry_ip, target_ip) = match self.bed.borrow().as_ref() {
             Some(b) => (b.addr("b"), b.addr("d")),
@@ -140,19 +140,5 @@ impl Ctx<'_> {
                 .with_context(|| format!("{name}'s setup in node {node}"))?;
         }
         Ok(())
-    }
-
-    /// A transparent chain's target: the receiver's own address.
-    fn transparent(&self, set: ProcSet, target_port: u16) -> Result<Chain> {
-        let bed = self.bed.borrow();
-        let b = bed
-            .as_ref()
-            .ok_or_else(|| anyhow!("a transparent scenario runs on the testbed only"))?;
-        let target = Target {
-            connect: std::net::SocketAddr::new(b.addr("d"), target_port),
-            socks_dest: None,
-            inner_tls: self.o.inner_tls.clone(),
-        };
-        Ok(Chain { procs: set, target })
     }
 }

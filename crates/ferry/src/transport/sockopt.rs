@@ -420,6 +420,8 @@ mod tests {
             .await
             .unwrap();
         let pfd = plain.as_raw_fd();
+        assert_eq!(int(pfd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT), 0);
+        assert_eq!(int(pfd, libc::SOL_SOCKET, libc::SO_MARK), 0);
         assert_eq!(int(pfd, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
         assert_eq!(int(pfd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 45);
         assert_eq!(int(pfd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 45);
@@ -451,8 +453,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(int(c.as_raw_fd(), libc::SOL_SOCKET, libc::SO_KEEPALIVE), 0);
-        assert_eq!(int(pfd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT), 0);
-        assert_eq!(int(pfd, libc::SOL_SOCKET, libc::SO_MARK), 0);
         // tcpFastOpen false turns it off on a dialer.
         let off = SockOpts {
             fast_open: Some(-1),
