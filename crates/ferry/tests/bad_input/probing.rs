@@ -657,6 +657,8 @@ fn run_case(case: Case) {
     for (name, make) in &remake {
         probes.push((name.clone(), make(next()), make(next())));
     }
+    // Probes that are the same bytes for both servers, kept to rerun below.
+    let fixed: Vec<(String, Vec<u8>, Vec<u8>)> = probes.clone();
     let mut results = run_probes(fport, rport, behind, probes);
     // An unseen packet's content is the client's random choice, and with it what a cut or a
     // flip hits: VMess pads each chunk with 0 to 63 random bytes no tag covers, so the last
@@ -676,6 +678,27 @@ fn run_case(case: Case) {
             let (a, b) = (fresh.next().unwrap(), fresh.next().unwrap());
             rec.drain(Duration::from_millis(300));
             let again = run_probes(fport, rport, behind, vec![(name.clone(), make(a), make(b))]);
+            let (_, f2, r2) = again.into_iter().next().unwrap();
+            (*f, *r) = (f2, r2);
+        }
+    }
+    // A fixed probe's reaction can hang on a race the servers do not decide: whether the
+    // last bytes of a burst were read before the target's close came back (unread bytes
+    // turn the close into an RST). Rerun on the same bytes; a steady difference still fails.
+    for (name, f, r) in results.iter_mut() {
+        let Some((_, pf, pr)) = fixed.iter().find(|(n, ..)| n == name) else {
+            continue;
+        };
+        for _ in 0..RETRIES {
+            if f.r == r.r {
+                break;
+            }
+            let again = run_probes(
+                fport,
+                rport,
+                behind,
+                vec![(name.clone(), pf.clone(), pr.clone())],
+            );
             let (_, f2, r2) = again.into_iter().next().unwrap();
             (*f, *r) = (f2, r2);
         }
