@@ -5,6 +5,7 @@ pub mod ct;
 pub mod dns_message;
 pub mod http1;
 pub mod json;
+pub mod netlink;
 pub mod own;
 pub mod pool;
 pub mod rand;

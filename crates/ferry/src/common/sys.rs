@@ -122,6 +122,20 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
     Ok(r)
 }
 
+/// The index of interface `name` (as `ip link` numbers it).
+pub fn if_index(name: &str) -> io::Result<u32> {
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in an interface name"))?;
+    // SAFETY: if_nametoindex only reads the NUL-terminated string we pass by valid pointer.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(io::Error::new(
+            io::Error::last_os_error().kind(),
+            format!("interface {name}: {}", io::Error::last_os_error()),
+        )),
+        i => Ok(i),
+    }
+}
+
 /// Opens a TUN device called `name` (created if absent, gone when the file closes unless made
 /// persistent elsewhere): IP packets without a protocol header (`IFF_TUN | IFF_NO_PI`), one
 /// queue, non-blocking. Its MTU is set to `mtu` and its link is set up; nothing else of the

@@ -208,6 +208,23 @@ pub struct SockOpts {
     pub custom: Vec<CustomOpt>,
 }
 
+/// The mark every socket Ferry opens without a mark of its own carries (0: none): set while a
+/// TUN inbound's `auto_route` is installed, whose first rule lets this mark out of the tunnel.
+static OWN_MARK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+pub fn set_own_mark(mark: u32) {
+    OWN_MARK.store(mark, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Gives `s` the process's own mark, if one is set (DNS and QUIC sockets, which have no
+/// sockopt of their own, call this too).
+pub fn mark_own(s: &SockRef<'_>) -> io::Result<()> {
+    match OWN_MARK.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => Ok(()),
+        m => s.set_mark(m).map_err(named("mark (auto_route)")),
+    }
+}
+
 /// What Xray's dialer gives an outgoing TCP connection whose config names no keepalive (seen
 /// on its sockets: `ss -tnoe` shows `timer:(keepalive,45sec)`; accepted ones get none).
 pub const DIAL_KEEPALIVE: Duration = Duration::from_secs(45);
@@ -256,10 +273,13 @@ impl SockOpts {
         Ok(())
     }
 
-    /// What TCP and UDP sockets alike take: the mark, the interface, custom options.
+    /// What TCP and UDP sockets alike take: the mark (the config's, else the process's own
+    /// while the TUN's `auto_route` needs one), the interface, custom options.
     pub fn apply_any(&self, s: &SockRef<'_>, net: crate::common::Network) -> io::Result<()> {
         if self.mark != 0 {
             s.set_mark(self.mark).map_err(named("mark"))?;
+        } else {
+            mark_own(s)?;
         }
         if let Some(dev) = &self.interface {
             s.bind_device(Some(dev.as_bytes()))

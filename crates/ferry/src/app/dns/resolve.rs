@@ -502,6 +502,7 @@ async fn udp_exchange(addr: SocketAddr, q: &[u8], id: u16) -> io::Result<Vec<u8>
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
     let sock = tokio::net::UdpSocket::bind(local).await?;
+    crate::transport::sockopt::mark_own(&socket2::SockRef::from(&sock))?;
     sock.connect(addr).await?;
     sock.send(q).await?;
     let mut buf = vec![0u8; 4096];

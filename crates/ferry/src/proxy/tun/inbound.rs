@@ -50,6 +50,24 @@ impl InboundHandler for Tun {
         for &(ip, prefix) in &s.address {
             crate::common::sys::add_address(&s.name, ip, prefix)?;
         }
+        let routes = match s.route.enabled {
+            false => None,
+            true => {
+                let index = crate::common::sys::if_index(&s.name)?;
+                let (routes, rules) = super::route::plan(&s.route, &s.name, index, &s.address);
+                let n = (routes.len(), rules.len());
+                let done = super::route::Installed::install(routes, rules)?;
+                tracing::info!(
+                    "[{}] tun: auto_route: {} routes in table {}, {} rules from priority {}",
+                    ctx.tag,
+                    n.0,
+                    s.route.table,
+                    n.1,
+                    s.route.rule_index
+                );
+                Some(done)
+            }
+        };
         let owner = Arc::new(OnceLock::<Owner>::new());
         if s.level != 0 {
             let level = s.level;
@@ -69,6 +87,8 @@ impl InboundHandler for Tun {
         Ok(Box::pin(async move {
             // The whole inbound moves in (its accept task lives as long as this serves).
             let si = si;
+            // Routes and rules go when this stops serving.
+            let _routes = routes;
             let writer = tokio::spawn(write_loop(fd.clone(), packets));
             let _abort = Abort(vec![writer.abort_handle()]);
             let mut buf = vec![0u8; mtu.max(1500) + 64];

@@ -5,10 +5,12 @@
 //! creates the device, sets its MTU and sets its link up; routes and rules are the operator's
 //! (and the outbounds leave through `sockopt.interface` or `sockopt.mark` rules). Addresses
 //! too, unless the config gives sing-box's `address` (which v26.3.27 ignores): each is added
-//! to the device, and goes with it.
+//! to the device, and goes with it. sing-box's `auto_route` installs the routes and rules
+//! that send the machine's traffic into the device ([`route`]), removed on stop.
 //! ICMP echo to any address through the device is answered by the stack.
 
 mod inbound;
+pub mod route;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -34,6 +36,8 @@ pub struct Settings {
     pub level: u32,
     /// `address` (sing-box's; Xray has none): prefixes added to the device, e.g. 172.19.0.1/30.
     pub address: Vec<(IpAddr, u8)>,
+    /// sing-box's `auto_route` and its scope (off by default, as Xray has none).
+    pub route: route::AutoRoute,
 }
 
 /// The keys later Xray versions read (v26.4.13 on): accepted, as v26.3.27 ignores them.
@@ -81,11 +85,19 @@ pub fn parse(o: &Obj<'_>) -> Result<Settings> {
             _ => return Err(ConfigError::new(p, format!("{a:?} is not an address with a prefix length (172.19.0.1/30, fdfe:dcba:9876::1/126)"))),
         }
     }
+    let route = route::parse(o)?;
+    if route.enabled && address.is_empty() {
+        return Err(ConfigError::new(
+            o.key_path("address"),
+            "auto_route needs the device's address (172.19.0.1/30, fdfe:dcba:9876::1/126)",
+        ));
+    }
     Ok(Settings {
         name,
         mtu,
         level,
         address,
+        route,
     })
 }
 
@@ -114,6 +126,11 @@ mod tests {
                 mtu: 1500,
                 level: 0,
                 address: vec![],
+                route: route::AutoRoute {
+                    table: 2022,
+                    rule_index: 9000,
+                    ..Default::default()
+                },
             }
         );
         let s = parsed(json!({"address": ["172.19.0.1/30", "fdfe:dcba:9876::1/126"]})).unwrap();

@@ -19,7 +19,9 @@ pub fn bind_for(server: SocketAddr) -> io::Result<std::net::UdpSocket> {
         SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    std::net::UdpSocket::bind(any)
+    let s = std::net::UdpSocket::bind(any)?;
+    crate::transport::sockopt::mark_own(&socket2::SockRef::from(&s))?;
+    Ok(s)
 }
 
 /// `socket` as a QUIC endpoint's socket, masked by `masks`.
