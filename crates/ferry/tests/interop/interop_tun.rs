@@ -16,11 +16,11 @@ use crate::netns::{wait_bound, Lan, ECHO_TCP, ECHO_UDP, SERVER6};
 
 const VLESS: u16 = 8443;
 const ID: &str = "5783a3e7-e373-51cd-8642-c83782b807c5";
-const TUN: &str = "ftun0";
+pub(crate) const TUN: &str = "ftun0";
 const MB: usize = 1 << 20;
 
 /// Whether the router has the TUN device, and it is up.
-fn tun_up(net: &Lan) -> Option<bool> {
+pub(crate) fn tun_up(net: &Lan) -> Option<bool> {
     let out = Command::new("ip")
         .args([
             "netns",

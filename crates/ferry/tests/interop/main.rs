@@ -25,6 +25,7 @@ mod interop_tproxy;
 mod interop_transports;
 mod interop_trojan;
 mod interop_tun;
+mod interop_tun_route;
 mod interop_vision;
 mod interop_vless;
 mod interop_vmess;

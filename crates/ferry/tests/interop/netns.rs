@@ -213,14 +213,15 @@ impl Lan {
 
     /// TCP and UDP echo servers on the server's two addresses, at [`ECHO_TCP`] and [`ECHO_UDP`].
     pub fn echo(&self) -> Proc {
+        self.echo_on(&format!("10.231.2.2,{SERVER6}"))
+    }
+
+    /// The echo servers on the server's addresses `hosts` (comma-separated).
+    pub fn echo_on(&self, hosts: &str) -> Proc {
         let mut p = Proc {
             child: Command::new("ip")
                 .args(["netns", "exec", &self.server.0, "python3", &self.script()])
-                .args([
-                    "echo",
-                    &format!("10.231.2.2,{SERVER6}"),
-                    &ECHO_TCP.to_string(),
-                ])
+                .args(["echo", hosts, &ECHO_TCP.to_string()])
                 .arg(ECHO_UDP.to_string())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
@@ -235,8 +236,13 @@ impl Lan {
 
     /// Runs the tools script on the LAN client: (succeeded, its output).
     pub fn client_tool(&self, args: &[&str]) -> (bool, String) {
+        self.tool_in(&self.client, args)
+    }
+
+    /// Runs the tools script in namespace `ns`: (succeeded, its output).
+    pub fn tool_in(&self, ns: &Ns, args: &[&str]) -> (bool, String) {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.client.0, "timeout", "60", "python3"])
+            .args(["netns", "exec", &ns.0, "timeout", "60", "python3"])
             .arg(self.script())
             .args(args)
             .output()

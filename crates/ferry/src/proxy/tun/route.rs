@@ -13,8 +13,11 @@
 //! - P+2: `lookup T suppress_prefixlength 0` (`route_address` prefixes win over the LAN)
 //! - P+3: `not dport 53 lookup main suppress_prefixlength 0` (the main table's specific
 //!   routes stay, except for DNS, which the TUN hijacks), `iif <tun> goto P+10`
-//! - P+4: `not iif lo lookup T` (what the machine forwards), `iif lo from 0.0.0.0/32 lookup T`
-//!   and `iif lo from <the device's subnet> lookup T` (its own sockets)
+//! - P+4, IPv4: `not iif lo lookup T` (what the machine forwards), `iif lo from 0.0.0.0/32
+//!   lookup T` and `iif lo from <the device's subnet> lookup T` (its own sockets); IPv6,
+//!   whose rules with a source match only lookups that have one: `iif lo from <the device's
+//!   subnet> lookup T`, `iif lo from ::/1 goto P+10`, `iif lo from 8000::/1 goto P+10` (a
+//!   socket bound elsewhere), `lookup T` (the rest: forwarded, and sockets without a source)
 //! - P+10: nop
 //!
 //! A family without an address gets no rules, or with `strict_route` an `unreachable` rule at
@@ -303,19 +306,37 @@ pub fn plan(
         let mut back = Rule::new(v6, p + 3, Action::Goto(nop));
         back.iif = Some(dev.to_string());
         rules.push(back);
-        let mut fwd = Rule::new(v6, p + 4, Action::Lookup(r.table));
-        fwd.invert = true;
-        fwd.iif = Some("lo".into());
-        rules.push(fwd);
-        for from in std::iter::once((any, if v6 { 128 } else { 32 })).chain(own.iter().copied()) {
-            let mut l = Rule::new(v6, p + 4, Action::Lookup(r.table));
+        let from_lo = |from: (IpAddr, u8), action| {
+            let mut l = Rule::new(v6, p + 4, action);
             l.iif = Some("lo".into());
             l.from = Some(from);
-            rules.push(l);
+            l
+        };
+        if v6 {
+            // An IPv6 rule with a source matches only a lookup that has one: a socket that
+            // has none yet is caught by the last rule, one bound elsewhere leaves.
+            for &from in &own {
+                rules.push(from_lo(from, Action::Lookup(r.table)));
+            }
+            rules.push(from_lo(p6("::", 1), Action::Goto(nop)));
+            rules.push(from_lo(p6("8000::", 1), Action::Goto(nop)));
+            rules.push(Rule::new(v6, p + 4, Action::Lookup(r.table)));
+        } else {
+            let mut fwd = Rule::new(v6, p + 4, Action::Lookup(r.table));
+            fwd.invert = true;
+            fwd.iif = Some("lo".into());
+            rules.push(fwd);
+            for from in std::iter::once((any, 32)).chain(own.iter().copied()) {
+                rules.push(from_lo(from, Action::Lookup(r.table)));
+            }
         }
         rules.push(Rule::new(v6, nop, Action::Nop));
     }
     (routes, rules)
+}
+
+fn p6(ip: &str, len: u8) -> (IpAddr, u8) {
+    (ip.parse().unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)), len)
 }
 
 /// The uid ranges whose sockets stay out: `exclude`, and everything outside `include`.
@@ -389,7 +410,13 @@ impl Drop for Installed {
             tracing::warn!("auto_route: no netlink socket: rules left in place");
             return;
         };
-        for r in self.rules.iter().rev() {
+        // The kernel deletes the first rule a request matches, and a request matches every rule
+        // at its priority that has at least its selectors: within one priority the rules go in
+        // the order they were added (the bare `lookup T` last), the priorities from the highest
+        // down, so the mark's exemption at P goes last.
+        let mut order: Vec<&Rule> = self.rules.iter().collect();
+        order.sort_by_key(|r| std::cmp::Reverse(r.priority));
+        for r in order {
             if let Err(e) = nl.del_rule(r) {
                 tracing::warn!(
                     "auto_route: rule at priority {} not removed: {e}",
