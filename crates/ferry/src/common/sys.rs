@@ -240,13 +240,7 @@ pub fn add_address(name: &str, addr: std::net::IpAddr, prefix: u8) -> io::Result
         }
         std::net::IpAddr::V6(a) => {
             let ctl = std::net::UdpSocket::bind("[::]:0")?;
-            let cname = std::ffi::CString::new(name)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the name"))?;
-            // SAFETY: if_nametoindex reads the NUL-terminated name we pass.
-            let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-            if index == 0 {
-                return Err(fail("no interface for"));
-            }
+            let index = if_index(name).map_err(|_| fail("no interface for"))?;
             let mut r = In6Ifreq {
                 addr: libc::in6_addr {
                     s6_addr: a.octets(),
