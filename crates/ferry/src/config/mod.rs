@@ -154,7 +154,7 @@ fn parse_dns(
 }
 
 /// Reads `routing` and the observatory (`observatory` or `burstObservatory`) into the router,
-/// and checks that each rule's outbound is one of `tags`.
+/// and warns of each rule whose outbound is none of `tags`.
 fn parse_routing(
     root: &Obj<'_>,
     dns: Option<Arc<crate::app::dns::Dns>>,
@@ -192,13 +192,18 @@ fn parse_routing(
         .get("routing")
         .and_then(|(p, v)| v.get("rules").map(|r| (p, r)))
     {
+        // Xray starts with such a rule and closes what it matches ("non existing outTag"),
+        // which is also what an outbound the API adds later fixes: a warning, not an error.
+        let _ = rules;
         for (i, rule) in router.rules.iter().enumerate() {
             if rule.balancer.is_none() && !tags.contains(&rule.outbound) {
-                let _ = rules;
-                return Err(ConfigError::new(
-                    format!("{rp}.rules[{i}].outboundTag"),
-                    format!("no outbound is tagged {:?}", rule.outbound),
-                ));
+                root.diag().warn(
+                    &format!("{rp}.rules[{i}].outboundTag"),
+                    format!(
+                        "no outbound is tagged {:?}: what this rule matches is closed",
+                        rule.outbound
+                    ),
+                );
             }
         }
     }

@@ -15,10 +15,10 @@ impl PortSet {
         match v {
             Value::Array(items) => {
                 for (i, it) in items.iter().enumerate() {
-                    out.extend(parse_ports(it, &format!("{path}[{i}]"))?);
+                    out.extend(ranges(it, &format!("{path}[{i}]"), 0)?);
                 }
             }
-            other => out.extend(parse_ports(other, path)?),
+            other => out.extend(ranges(other, path, 0)?),
         }
         Ok(PortSet(merge(out, |x: u16| x.checked_add(1))))
     }
@@ -28,9 +28,17 @@ impl PortSet {
     }
 }
 
-/// Reads `port`: a number, `"a-b"`, `"a,b,c-d"`, or `"env:NAME"`.
+/// Reads `port`: a number, `"a-b"`, `"a,b,c-d"`, or `"env:NAME"`; port 0 is not one to
+/// listen on or dial.
 pub fn parse_ports(v: &Value, path: &str) -> Result<Vec<(u16, u16)>> {
+    ranges(v, path, 1)
+}
+
+/// Ports from `lowest` up, as [`parse_ports`] reads them; a matcher's ranges may start at 0
+/// (Xray's routing takes `"0-65535"` for every port).
+fn ranges(v: &Value, path: &str, lowest: u16) -> Result<Vec<(u16, u16)>> {
     let text = match v {
+        Value::Number(n) if lowest == 0 && n.as_u64() == Some(0) => return Ok(vec![(0, 0)]),
         Value::Number(_) => {
             return Ok(vec![(reader::as_port(v, path)?, reader::as_port(v, path)?)])
         }
@@ -61,7 +69,7 @@ pub fn parse_ports(v: &Value, path: &str) -> Result<Vec<(u16, u16)>> {
                 (p, p)
             }
         };
-        if a == 0 || b < a {
+        if a < lowest || b < a {
             return Err(bad());
         }
         out.push((a, b));
@@ -86,6 +94,10 @@ mod tests {
         for no in [52, 54, 999, 2001, 80] {
             assert!(!p.contains(no), "{no}");
         }
+        // Xray's routing takes 0 as a lower bound ("every port").
+        let p = PortSet::parse(&json!("0-65535"), "p").unwrap();
+        assert!(p.contains(0) && p.contains(1) && p.contains(65535));
+        assert!(parse_ports(&json!("0-65535"), "p").is_err());
         let p = PortSet::parse(&json!(8080), "p").unwrap();
         assert!(p.contains(8080) && !p.contains(8081));
         let p = PortSet::parse(&json!([80, "443", "8000-8010"]), "p").unwrap();

@@ -162,11 +162,6 @@ fn bad_configs_exit_nonzero_naming_the_path() {
         r#"inbounds[1].tag: duplicate inbound tag "i""#,
     );
     assert_rejected(
-        r#"{"outbounds":[{"tag":"d","protocol":"freedom"}],
-            "routing":{"rules":[{"port":"80","outboundTag":"d"},{"inboundTag":["x"],"outboundTag":"nope"}]}}"#,
-        r#"routing.rules[1].outboundTag: no outbound is tagged "nope""#,
-    );
-    assert_rejected(
         r#"{"routing":{"rules":[{"domain":["geosite:cn"],"outboundTag":"d"}]}}"#,
         "routing.rules[0].domain[0]",
     );
@@ -288,6 +283,27 @@ fn unknown_field_is_only_a_warning() {
     ] {
         assert!(err.contains(w), "missing {w:?} in\n{err}");
     }
+}
+
+/// Shapes Xray v26.3.27 starts with, from the public example configs: a rule for every port
+/// (`"0-65535"`), and a rule naming an outbound no outbound has (Xray closes what it matches
+/// at run time, so a warning says so).
+#[test]
+fn shapes_xray_starts_with_are_accepted() {
+    let (ok, out, err) = check(
+        r#"{"outbounds":[{"tag":"d","protocol":"freedom"}],
+            "routing":{"rules":[{"port":"0-65535","network":"udp","outboundTag":"d"},
+              {"inboundTag":["x"],"outboundTag":"nope"}]}}"#,
+    );
+    assert!(ok, "{out}{err}");
+    let w = r#"warning: routing.rules[1].outboundTag: no outbound is tagged "nope""#;
+    assert!(err.contains(w), "missing {w:?} in\n{err}");
+    assert!(!err.contains("rules[0]"), "{err}");
+    // Port 0 is still no port to listen on.
+    assert_rejected(
+        r#"{"inbounds":[{"port":"0-10","protocol":"socks"}]}"#,
+        "inbounds[0].port",
+    );
 }
 
 /// The API and metrics have no authentication: `ferry test` warns when either listens beyond

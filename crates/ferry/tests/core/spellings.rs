@@ -164,6 +164,23 @@ fn every_spelling_is_accepted_by_both() {
 }
 
 /// Both spellings given: Ferry reads the one Xray reads and names the other as ignored.
+/// Shapes of the public example configs that Xray v26.3.27 starts with and that are no
+/// missing feature: a rule for every port (`"0-65535"`) and a rule naming an outbound that no
+/// outbound has (Xray closes what it matches at run time; Ferry warns of it).
+#[test]
+fn shapes_of_the_public_examples_are_accepted_by_both() {
+    let cfg = r#"{"log":{"loglevel":"warning"},
+      "inbounds":[{"tag":"in","listen":"127.0.0.1","port":10999,"protocol":"socks","settings":{}}],
+      "outbounds":[{"tag":"direct","protocol":"freedom"}],
+      "routing":{"rules":[{"type":"field","port":"0-65535","network":"tcp,udp","outboundTag":"direct"},
+        {"type":"field","domain":["example.com"],"outboundTag":"warp"}]}}"#;
+    let err = both_accept("shapes", cfg);
+    assert!(
+        err.contains(r#"routing.rules[1].outboundTag: no outbound is tagged "warp""#),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_spelling_xray_reads_wins_and_the_other_is_named() {
     let cases: Vec<(&str, String, &str)> = vec![

@@ -65,6 +65,30 @@ fn inbound_tag_picks_blackhole_or_freedom() {
     );
 }
 
+/// A rule naming an outbound no outbound has: Ferry starts (with a warning) and closes what
+/// the rule matches, as Xray's "non existing outTag" does, instead of sending it to the
+/// default outbound; other inbounds are untouched.
+#[test]
+fn a_rule_naming_no_outbound_closes_what_it_matches() {
+    let echo = echo_server();
+    let (pa, pb) = (free_port(), free_port());
+    let cfg = format!(
+        r#"{{"inbounds":[{},{}],
+            "outbounds":[{{"protocol":"freedom","tag":"direct","settings":{{"finalRules":[{{"action":"allow","ip":["127.0.0.0/8"]}}]}}}}],
+            "routing":{{"rules":[{{"inboundTag":["A"],"outboundTag":"later"}}]}}}}"#,
+        dokodemo("A", pa, "127.0.0.1", echo.port()),
+        dokodemo("B", pb, "127.0.0.1", echo.port()),
+    );
+    let f = ferry(&cfg, &[pa, pb]);
+    let got = send_and_read_all(pa, b"to the default outbound?");
+    assert!(got.is_empty(), "echoed {got:?}\n{}", f.output());
+    let data = pattern(4096, 5);
+    let got = echo_through(TcpStream::connect(("127.0.0.1", pb)).unwrap(), &data);
+    assert!(got == data, "echo through B differs\n{}", f.output());
+    let log = f.output();
+    assert!(log.contains("non existing outTag: later"), "{log}");
+}
+
 #[test]
 fn domain_ip_and_port_rules_and_domain_strategy() {
     let echo = echo_server();

@@ -137,7 +137,24 @@ impl Dispatcher {
                             None => None,
                         }
                     }
-                    None => table.get(&rule.outbound).cloned(),
+                    // A rule naming no outbound closes what it matches, as Xray's "non
+                    // existing outTag" does (not the default outbound).
+                    None => match table.get(&rule.outbound) {
+                        Some(e) => Some(e.clone()),
+                        None => {
+                            tracing::warn!(
+                                "[{}] {} from {}: non existing outTag: {}",
+                                s.inbound_tag,
+                                s.dest,
+                                s.source,
+                                rule.outbound
+                            );
+                            return Err(io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!("non existing outTag: {}", rule.outbound),
+                            ));
+                        }
+                    },
                 };
                 if let (Some(w), Some(e)) = (&rule.webhook, &picked) {
                     w.fire(s, &e.tag);
