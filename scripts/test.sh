@@ -20,6 +20,9 @@ cargo build --release -p ferry --bin ferry
 step readme_run
 # The README's run command, as written, carries a request through its SOCKS5 and HTTP sides.
 bash scripts/readme_run.sh
+step readme_quickstart
+# The README's five-minute VLESS + REALITY + Vision section, as a newcomer runs it.
+bash scripts/readme_quickstart.sh target/release/ferry
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Every test binary runs even when one fails, so a red run names all its failures.

@@ -23,8 +23,21 @@ fn main() -> ExitCode {
             link,
             config,
             host,
-            subscription,
-        }) => cli::link::link_cmd(link, config, host, subscription),
+            sub,
+            balancer,
+        }) => match sub {
+            Some(file) if !file.is_empty() => {
+                if config.is_empty() && link.is_none() {
+                    cli::subscribe::import(&file, balancer)
+                } else {
+                    Err(anyhow::anyhow!(
+                        "--sub {file} reads a subscription: give it alone (with -c, --sub takes no file)"
+                    ))
+                }
+            }
+            _ if balancer => Err(anyhow::anyhow!("--balancer goes with --sub FILE")),
+            sub => cli::link::link_cmd(link, config, host, sub.is_some()),
+        },
         Some(Cmd::Tls {
             cmd: TlsCmd::Cert { domain, file, days },
         }) => cli::keys::tls_cert(&domain, file.as_deref(), days),

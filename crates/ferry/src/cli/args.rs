@@ -48,10 +48,17 @@ pub(crate) enum Cmd {
         /// Host name clients use to reach the server (default: the inbound's listen address).
         #[arg(long)]
         host: Option<String>,
-        /// Print one subscription (the links, one per line, in base64) instead of one
-        /// `email<TAB>link` line per user: what client apps import from a subscription URL.
-        #[arg(long)]
-        subscription: bool,
+        /// With `-c`: print one subscription (the links, one per line, in base64) instead of
+        /// one `email<TAB>link` line per user, what client apps import from a subscription
+        /// URL. With a FILE (or `-` for stdin) and no `-c`: turn that subscription into
+        /// outbounds, tagged with the links' names.
+        #[arg(long = "sub", visible_alias = "subscription", value_name = "FILE",
+              num_args = 0..=1, default_missing_value = "")]
+        sub: Option<String>,
+        /// With `--sub FILE`: add a `leastPing` balancer over the subscription's outbounds,
+        /// probed by the observatory (sing-box's `urltest`).
+        #[arg(long, requires = "sub")]
+        balancer: bool,
     },
     /// TLS helpers.
     Tls {

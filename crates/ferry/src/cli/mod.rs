@@ -8,6 +8,7 @@ pub(crate) mod link;
 mod reload;
 pub(crate) mod run;
 mod source;
+pub(crate) mod subscribe;
 
 use std::process::ExitCode;
 

@@ -721,3 +721,46 @@ fn links_for_vmess_and_vless_users_and_a_subscription() {
         format!("{vmess}\n{vless}")
     );
 }
+
+/// `ferry link -c CONFIG --sub` prints a subscription, and `ferry link --sub FILE` turns it
+/// back into outbounds (tags from the links' names, with `--balancer` one balancer over them)
+/// that `ferry test` accepts as a client config.
+#[test]
+fn a_subscription_round_trips_into_outbounds() {
+    let dir = tempdir::Dir::new("sub");
+    let cfg = write(
+        &dir,
+        "c.json",
+        r#"{"inbounds": [
+            {"protocol": "trojan", "port": 443, "settings": {"clients": [
+                {"password": "p1", "email": "a@x"}, {"password": "p2", "email": "b@x"}]},
+             "streamSettings": {"security": "tls", "tlsSettings": {"serverName": "example.com"}}}]}"#,
+    );
+    let o = ferry_cmd(&["link", "-c", s(&cfg), "--host", "example.com", "--sub"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let sub = write(&dir, "sub.txt", &text(&o.stdout));
+    let o = ferry_cmd(&["link", "--sub", s(&sub), "--balancer"]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let obs = v["outbounds"].as_array().unwrap();
+    assert_eq!(obs.len(), 2, "{out}");
+    for (o, pass) in obs.iter().zip(["p1", "p2"]) {
+        assert_eq!(o["protocol"], "trojan", "{out}");
+        assert_eq!(o["settings"]["servers"][0]["password"], pass, "{out}");
+    }
+    let tags = [obs[0]["tag"].clone(), obs[1]["tag"].clone()];
+    assert_ne!(tags[0], tags[1], "{out}");
+    assert_eq!(
+        v["routing"]["balancers"][0]["selector"],
+        serde_json::json!(tags)
+    );
+    let (ok, _, err) = check(&out);
+    assert!(
+        ok,
+        "ferry test refuses the imported outbounds: {err}\n{out}"
+    );
+    // A file with -c is ambiguous: refused.
+    let o = ferry_cmd(&["link", "-c", s(&cfg), "--sub", s(&sub)]);
+    assert!(!o.status.success());
+}

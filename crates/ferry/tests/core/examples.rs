@@ -1,6 +1,6 @@
 //! The example configs in `examples/` do what the README says: every one passes `ferry test`,
-//! and each server/client pair the README walks through (VLESS + REALITY + Vision, Trojan + TLS
-//! with a fallback, Shadowsocks 2022) carries bytes end to end. The copies run on free loopback
+//! and each server/client pair carries bytes end to end (those with a fallback also show a
+//! browser the web server behind it). The copies run on free loopback
 //! ports; the REALITY target is a local nginx TLS site for the example's server name, the
 //! Trojan certificate one `ferry tls cert` writes (its pin printed for the client), and the
 //! servers may reach the test's loopback echo server through a `finalRules` allow, as Xray
@@ -149,11 +149,11 @@ fn carries(socks: u16, what: &str) {
     assert!(echo_through(s, &data) == data, "{what}: the echo differs");
 }
 
-#[test]
-fn the_vless_reality_vision_example_pair_carries_traffic() {
+/// A REALITY example pair: its target is a local nginx TLS site for the server's name.
+fn reality_pair(server: &str, client: &str, what: &str) {
     let dir = tempdir::Dir::new("examples-reality");
     let d = dir.path();
-    let mut server = example("vless-reality-vision-server.json");
+    let mut server = example(server);
     let sni = server["inbounds"][0]["streamSettings"]["realitySettings"]["serverNames"][0]
         .as_str()
         .unwrap()
@@ -173,11 +173,104 @@ fn the_vless_reality_vision_example_pair_carries_traffic() {
     let sport = local_server(&mut server);
     server["inbounds"][0]["streamSettings"]["realitySettings"]["target"] =
         json!(format!("127.0.0.1:{site_port}"));
-    let mut client = example("vless-reality-vision-client.json");
+    let mut client = example(client);
     let cport = local_client(&mut client, sport);
     let _s = common::ferry(&server.to_string(), &[sport]);
     let _c = common::ferry(&client.to_string(), &[cport]);
-    carries(cport, "VLESS + REALITY + Vision");
+    carries(cport, what);
+}
+
+#[test]
+fn the_vless_reality_vision_example_pair_carries_traffic() {
+    reality_pair(
+        "vless-reality-vision-server.json",
+        "vless-reality-vision-client.json",
+        "VLESS + REALITY + Vision",
+    );
+}
+
+#[test]
+fn the_vless_xhttp_reality_example_pair_carries_traffic() {
+    reality_pair(
+        "vless-xhttp-reality-server.json",
+        "vless-xhttp-reality-client.json",
+        "VLESS + XHTTP + REALITY",
+    );
+}
+
+/// A web server on a free loopback port answering every request with `page`.
+fn web_server(page: &'static str) -> u16 {
+    let web = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = web.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in web.incoming().flatten() {
+            let mut c = c;
+            let _ = crate::proxy_clients::read_head(&mut c);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+            let _ = std::io::Write::write_all(&mut c, head.as_bytes());
+        }
+    });
+    port
+}
+
+/// What a browser gets from `https://name:port/` (curl, certificate not checked).
+fn browser_gets(name: &str, port: u16) -> String {
+    let out = Command::new(peer("curl"))
+        .args(["-s", "--http1.1", "--max-time", "10", "-k", "--resolve"])
+        .arg(format!("{name}:{port}:127.0.0.1"))
+        .arg(format!("https://{name}:{port}/"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_vless_tls_vision_example_pair_carries_traffic_and_falls_back() {
+    let dir = tempdir::Dir::new("examples-vless-tls");
+    let (cert, key, pin) = ferry_cert(dir.path(), "vless.example.com");
+    let mut server = with_cert("vless-tls-vision-server.json", &cert, &key);
+    let sport = local_server(&mut server);
+    let web = web_server("fallback");
+    server["inbounds"][0]["settings"]["fallbacks"] = json!([{"dest": web}]);
+    let mut client = example("vless-tls-vision-client.json");
+    let cport = local_client(&mut client, sport);
+    client["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
+    let _s = common::ferry(&server.to_string(), &[sport]);
+    let _c = common::ferry(&client.to_string(), &[cport]);
+    carries(cport, "VLESS + TLS + Vision");
+    assert_eq!(browser_gets("vless.example.com", sport), "fallback");
+}
+
+#[test]
+fn the_vmess_tcp_shadowsocks_aead_and_ssr_example_pairs_carry_traffic() {
+    for (server, client, what) in [
+        (
+            "vmess-tcp-server.json",
+            "vmess-tcp-client.json",
+            "VMess + TCP",
+        ),
+        (
+            "ss-aead-server.json",
+            "ss-aead-client.json",
+            "Shadowsocks AEAD",
+        ),
+        (
+            "shadowsocksr-server.json",
+            "shadowsocksr-client.json",
+            "ShadowsocksR",
+        ),
+    ] {
+        let mut server = example(server);
+        let sport = local_server(&mut server);
+        let mut client = example(client);
+        let cport = local_client(&mut client, sport);
+        let _s = common::ferry(&server.to_string(), &[sport]);
+        let _c = common::ferry(&client.to_string(), &[cport]);
+        carries(cport, what);
+    }
 }
 
 #[test]
@@ -187,19 +280,8 @@ fn the_trojan_tls_example_pair_carries_traffic_and_falls_back() {
     let mut server = trojan_server(&cert, &key);
     let sport = local_server(&mut server);
     // The web server behind the fallback: anything that is not Trojan reaches it.
-    let web = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let web_port = web.local_addr().unwrap().port();
+    let web_port = web_server("fallback");
     server["inbounds"][0]["settings"]["fallbacks"] = json!([{"dest": web_port}]);
-    std::thread::spawn(move || {
-        for c in web.incoming().flatten() {
-            let mut c = c;
-            let _ = crate::proxy_clients::read_head(&mut c);
-            let _ = std::io::Write::write_all(
-                &mut c,
-                b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nfallback",
-            );
-        }
-    });
     let mut client = example("trojan-tls-client.json");
     let cport = local_client(&mut client, sport);
     client["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
@@ -207,13 +289,7 @@ fn the_trojan_tls_example_pair_carries_traffic_and_falls_back() {
     let _c = common::ferry(&client.to_string(), &[cport]);
     carries(cport, "Trojan + TLS");
     // A browser's request (not Trojan) gets the web server's page, through TLS.
-    let out = Command::new(peer("curl"))
-        .args(["-s", "--max-time", "10", "-k", "--resolve"])
-        .arg(format!("trojan.example.com:{sport}:127.0.0.1"))
-        .arg(format!("https://trojan.example.com:{sport}/"))
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "fallback");
+    assert_eq!(browser_gets("trojan.example.com", sport), "fallback");
 }
 
 #[test]
