@@ -19,7 +19,7 @@ fn examples() -> PathBuf {
 }
 
 /// An example's JSON, its `//` comment lines left out.
-fn example(name: &str) -> Value {
+pub(crate) fn example(name: &str) -> Value {
     let text = std::fs::read_to_string(examples().join(name)).unwrap();
     let json: String = text
         .lines()
@@ -46,7 +46,7 @@ fn ferry_test(path: &Path) -> (bool, String) {
 }
 
 /// A certificate for `name` written by `ferry tls cert`, and the pin it printed.
-fn ferry_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf, String) {
+pub(crate) fn ferry_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf, String) {
     let prefix = dir.join("cert");
     let o = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .args(["tls", "cert", "--domain", name, "--file"])
@@ -69,7 +69,7 @@ fn ferry_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf, String) {
 }
 
 /// A TLS server's example with its certificate at `cert`/`key`.
-fn with_cert(name: &str, cert: &Path, key: &Path) -> Value {
+pub(crate) fn with_cert(name: &str, cert: &Path, key: &Path) -> Value {
     let mut s = example(name);
     s["inbounds"][0]["streamSettings"]["tlsSettings"]["certificates"] =
         json!([{"certificateFile": cert, "keyFile": key}]);
@@ -111,7 +111,7 @@ fn every_example_passes_ferry_test() {
 
 /// The server's inbound on a free loopback port, and its freedom outbound allowed to reach
 /// loopback (the test's echo server); returns the port.
-fn local_server(s: &mut Value) -> u16 {
+pub(crate) fn local_server(s: &mut Value) -> u16 {
     let port = free_port();
     s["inbounds"][0]["listen"] = json!("127.0.0.1");
     s["inbounds"][0]["port"] = json!(port);
@@ -125,7 +125,7 @@ fn local_server(s: &mut Value) -> u16 {
 
 /// The client's SOCKS inbound on a free port and its outbound aimed at `server`; returns the
 /// SOCKS port.
-fn local_client(c: &mut Value, server: u16) -> u16 {
+pub(crate) fn local_client(c: &mut Value, server: u16) -> u16 {
     let port = free_port();
     c["inbounds"][0]["port"] = json!(port);
     let settings = &mut c["outbounds"][0]["settings"];
@@ -140,7 +140,7 @@ fn local_client(c: &mut Value, server: u16) -> u16 {
 }
 
 /// 1 MiB through the client's SOCKS port to the echo server and back, byte for byte.
-fn carries(socks: u16, what: &str) {
+pub(crate) fn carries(socks: u16, what: &str) {
     let echo = echo_server();
     let data = pattern(1 << 20, 7);
     let s = socks5_connect(socks, None, Target::Addr(echo)).unwrap();
@@ -199,7 +199,7 @@ fn the_vless_xhttp_reality_example_pair_carries_traffic() {
 }
 
 /// A web server on a free loopback port answering every request with `page`.
-fn web_server(page: &'static str) -> u16 {
+pub(crate) fn web_server(page: &'static str) -> u16 {
     let web = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = web.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -217,7 +217,7 @@ fn web_server(page: &'static str) -> u16 {
 }
 
 /// What a browser gets from `https://name:port/` (curl, certificate not checked).
-fn browser_gets(name: &str, port: u16) -> String {
+pub(crate) fn browser_gets(name: &str, port: u16) -> String {
     let out = Command::new(peer("curl"))
         .args(["-s", "--http1.1", "--max-time", "10", "-k", "--resolve"])
         .arg(format!("{name}:{port}:127.0.0.1"))

@@ -14,6 +14,7 @@ mod proxy_clients;
 mod cli;
 mod dokodemo;
 mod examples;
+mod examples_xray;
 mod fallbacks;
 mod install;
 mod layers;
