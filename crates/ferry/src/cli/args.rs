@@ -34,15 +34,15 @@ pub(crate) enum Cmd {
     },
     /// Print the version.
     Version,
-    /// Share links: turn an `ss://`, `ssr://`, `vmess://`, `vless://`, `trojan://` or
-    /// `hysteria2://` link into an outbound JSON object, or print the links of a config (`-c`)
-    /// for its inbounds' users and its VMess outbounds.
+    /// Share links: turn an `ss://`, `ssr://`, `vmess://`, `vless://`, `trojan://`,
+    /// `hysteria2://` or `wireguard://` link into an outbound JSON object, or print the links
+    /// of a config (`-c`) for its inbounds' users and its VMess and WireGuard outbounds.
     Link {
-        /// An `ss://`, `ssr://`, `vmess://`, `vless://`, `trojan://` or `hysteria2://` link to
-        /// turn into an outbound.
+        /// An `ss://`, `ssr://`, `vmess://`, `vless://`, `trojan://`, `hysteria2://` or
+        /// `wireguard://` link to turn into an outbound.
         link: Option<String>,
         /// Config whose inbounds' users get links (Shadowsocks, ShadowsocksR, VMess, VLESS,
-        /// Trojan, Hysteria; REALITY and TLS included), as do its VMess outbounds.
+        /// Trojan, Hysteria; REALITY and TLS included), as do its VMess and WireGuard outbounds.
         #[arg(short = 'c', long = "config")]
         config: Vec<String>,
         /// Host name clients use to reach the server (default: the inbound's listen address).

@@ -8,11 +8,11 @@ use ferry::config;
 
 use super::source::read_source;
 
-/// `ferry link`: a `ss://`, `ssr://`, `vmess://`, `vless://`, `trojan://` or `hysteria2://` link
-/// becomes an outbound JSON object; with `-c`, prints `ss://` / `ssr://` / `vmess://` /
-/// `vless://` / `trojan://` / `hysteria2://` links for the users of the config's shadowsocks,
-/// shadowsocksr, VMess, VLESS, Trojan and Hysteria inbounds (REALITY or TLS included) and `vmess://` links for its VMess outbounds; with
-/// `--subscription`, all of them as one base64 subscription.
+/// `ferry link`: a `ss://`, `ssr://`, `vmess://`, `vless://`, `trojan://`, `hysteria2://` or
+/// `wireguard://` link becomes an outbound JSON object; with `-c`, prints links for the users
+/// of the config's shadowsocks, shadowsocksr, VMess, VLESS, Trojan and Hysteria inbounds
+/// (REALITY or TLS included) and for its VMess and WireGuard outbounds; with `--sub`, all of
+/// them as one base64 subscription.
 pub(crate) fn link_cmd(
     link: Option<String>,
     config: Vec<String>,
@@ -27,7 +27,7 @@ pub(crate) fn link_cmd(
     }
     if config.is_empty() {
         return Err(anyhow!(
-            "give an ss://, ssr://, vmess://, vless://, trojan:// or hysteria2:// link, or -c CONFIG to print links"
+            "give an ss://, ssr://, vmess://, vless://, trojan://, hysteria2:// or wireguard:// link, or -c CONFIG to print links"
         ));
     }
     let mut docs = Vec::new();
@@ -70,7 +70,7 @@ pub(crate) fn link_cmd(
     }
     if links.is_empty() {
         return Err(anyhow!(
-            "no shadowsocks/shadowsocksr/vmess/vless/trojan inbound users or vmess outbounds in the config"
+            "no shadowsocks/shadowsocksr/vmess/vless/trojan/hysteria inbound users or vmess/wireguard outbounds in the config"
         ));
     }
     if subscription {

@@ -764,3 +764,33 @@ fn a_subscription_round_trips_into_outbounds() {
     let o = ferry_cmd(&["link", "-c", s(&cfg), "--sub", s(&sub)]);
     assert!(!o.status.success());
 }
+
+/// A WireGuard outbound (WARP's shape) becomes a `wireguard://` link, and the link an outbound
+/// that `ferry test` runs.
+#[test]
+fn a_wireguard_outbound_round_trips_through_its_link() {
+    let dir = tempdir::Dir::new("wglink");
+    let cfg = write(
+        &dir,
+        "c.json",
+        r#"{"outbounds": [{"tag": "warp", "protocol": "wireguard", "settings": {
+            "secretKey": "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=",
+            "address": ["172.16.0.2/32"], "reserved": [1, 2, 3], "mtu": 1280,
+            "peers": [{"publicKey": "bmXOC+F1FxEMF9dyiK2H5/1SUtzH0JuVo51h2wPfgyo=",
+                       "endpoint": "162.159.192.1:2408"}]}}]}"#,
+    );
+    let o = ferry_cmd(&["link", "-c", s(&cfg)]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    let link = out.trim();
+    assert!(
+        link.starts_with("wireguard://") && link.ends_with("#warp"),
+        "{out}"
+    );
+    let o = ferry_cmd(&["link", link]);
+    let outbound = text(&o.stdout);
+    assert!(o.status.success(), "{outbound}{}", text(&o.stderr));
+    let (ok, _, err) = check(&format!(r#"{{"outbounds": [{outbound}]}}"#));
+    assert!(ok, "{err}\n{outbound}");
+    assert!(outbound.contains("162.159.192.1:2408"), "{outbound}");
+}

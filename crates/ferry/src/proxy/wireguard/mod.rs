@@ -6,6 +6,7 @@
 pub mod config;
 pub mod device;
 pub mod inbound;
+pub mod link;
 pub mod outbound;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::P
     inbound: Some(build_inbound),
     outbound: Some(build_outbound),
     guarded: true,
+    links: link::LINKS,
     ..crate::proxy::protocol::Protocol::named(module_path!(), &["wireguard"])
 };
 
