@@ -144,6 +144,7 @@ async fn upload_one(
         Ok::<_, std::io::Error>(w)
     });
     let mut acks = AckReader::default();
+    let mut confirmed = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match tokio::time::timeout(stall, r.read(&mut buf)).await {
@@ -171,7 +172,12 @@ async fn upload_one(
                 acks.last.unwrap_or(0)
             );
         }
-        match acks.feed(&buf[..n]) {
+        let ack = acks.feed(&buf[..n]);
+        if let Some(a) = ack.filter(|a| *a <= amount) {
+            super::progress::add(a.saturating_sub(confirmed));
+            confirmed = confirmed.max(a);
+        }
+        match ack {
             Some(a) if a > amount => {
                 writer.abort();
                 bail!("byte-count mismatch: receiver acknowledged {a} bytes but {amount} were sent")
@@ -217,6 +223,7 @@ async fn download_one(mut s: Conn, amount: u64, stall: Duration) -> Result<Insta
             bail!("byte-count mismatch: connection closed after {got} of {amount} bytes");
         }
         got += n as u64;
+        super::progress::add(n as u64);
     }
     let done = Instant::now();
     if got > amount {

@@ -6,6 +6,7 @@
 mod bulk;
 mod conns;
 mod latency;
+pub mod progress;
 mod target;
 
 pub use bulk::{bulk, BulkOpts, Transfer};

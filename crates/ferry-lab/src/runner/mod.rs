@@ -12,6 +12,7 @@ mod conns;
 mod ctx;
 mod iperf3;
 mod jobs;
+mod live;
 mod measure;
 mod render;
 mod run;

@@ -82,7 +82,7 @@ impl Ctx<'_> {
                 job.run,
                 o.runs
             );
-            eprint!("{label} ... ");
+            let live = super::live::LiveLine::start(&label);
             let t0 = Instant::now();
             let pre = if job.imp == "ferry" {
                 ferry_support
@@ -104,6 +104,7 @@ impl Ctx<'_> {
                 ),
                 Ok(()) => self.measure(s, job),
             };
+            live.finish();
             eprintln!("{} ({:.1}s)", row.summary(), t0.elapsed().as_secs_f64());
             rows.push(row);
             crate::results::write_json(&o.out, o, rows)?;
