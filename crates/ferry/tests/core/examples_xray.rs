@@ -1,6 +1,7 @@
 //! The example pairs against Xray v26.3.27, each way: Xray runs the example server with Ferry
 //! running its client, and Ferry the server with Xray the client, from the same files (ports
-//! rewritten, certificates and the REALITY target made by the test as in `examples.rs`).
+//! rewritten, certificates and the REALITY target made by the test as in `examples.rs`), and
+//! the three inbounds behind nginx the same way.
 //! ShadowsocksR and Hysteria 2 are left out: Xray has no ShadowsocksR, and Hysteria 2 against
 //! Xray is `tests/interop/interop_hysteria.rs`.
 
@@ -8,8 +9,7 @@ use serde_json::{json, Value};
 
 use crate::common::{self, *};
 use crate::examples::{browser_gets, example, ferry_cert, local_client, local_server};
-use crate::examples::{web_server, with_cert};
-use crate::proxy_clients::{socks5_connect, Target};
+use crate::examples::{try_carries, web_server, with_cert};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Imp {
@@ -84,28 +84,12 @@ fn both_ways(server: &str, client: &str, fallback: bool) {
         let cport = local_client(&mut c, sport);
         let sp = run(si, &s, &[sport]);
         let cp = run(ci, &c, &[cport]);
-        let echo = echo_server();
-        let data = pattern(1 << 20, 7);
-        // A few bytes first, then the bulk: Xray's Trojan client fails a connection whose
-        // first read from its inbound does not fit its header buffer ("failed to write A
-        // request payload > common/buf: buffer is full"), as a 1 MiB burst makes it.
-        let got = socks5_connect(cport, None, Target::Addr(echo)).and_then(|mut st| {
-            use std::io::{Read, Write};
-            st.set_read_timeout(Some(std::time::Duration::from_secs(20)))?;
-            st.write_all(b"hello")?;
-            let mut hello = [0u8; 5];
-            st.read_exact(&mut hello)?;
-            assert_eq!(&hello, b"hello", "{what}");
-            try_echo_through(st, &data)
-        });
-        match got {
-            Ok(g) if g == data => {}
-            other => panic!(
-                "{what}: the echo differs ({:?})\n--- server\n{}\n--- client\n{}",
-                other.map(|g| g.len()),
+        if let Err(e) = try_carries(cport) {
+            panic!(
+                "{what}: {e}\n--- server\n{}\n--- client\n{}",
                 sp.output(),
                 cp.output()
-            ),
+            );
         }
         if fallback {
             assert_eq!(browser_gets(&client_sni(&c), sport), "fallback", "{what}");
@@ -160,4 +144,13 @@ fn vmess_tcp_and_shadowsocks_examples_with_xray() {
     both_ways("vmess-tcp-server.json", "vmess-tcp-client.json", false);
     both_ways("ss-aead-server.json", "ss-aead-client.json", false);
     both_ways("ss2022-server.json", "ss2022-client.json", false);
+}
+
+#[test]
+fn behind_nginx_examples_with_xray() {
+    for (si, ci) in [(Imp::Xray, Imp::Ferry), (Imp::Ferry, Imp::Xray)] {
+        crate::examples::behind_nginx(&|server, cfg, ports| {
+            run(if server { si } else { ci }, cfg, ports)
+        });
+    }
 }
