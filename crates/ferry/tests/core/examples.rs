@@ -280,6 +280,11 @@ fn the_vmess_tcp_shadowsocks_aead_and_ssr_example_pairs_carry_traffic() {
             "Shadowsocks AEAD",
         ),
         (
+            "ss2022-multiuser-server.json",
+            "ss2022-multiuser-client.json",
+            "Shadowsocks 2022, several users",
+        ),
+        (
             "shadowsocksr-server.json",
             "shadowsocksr-client.json",
             "ShadowsocksR",

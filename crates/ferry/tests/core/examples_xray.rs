@@ -144,6 +144,11 @@ fn vmess_tcp_and_shadowsocks_examples_with_xray() {
     both_ways("vmess-tcp-server.json", "vmess-tcp-client.json", false);
     both_ways("ss-aead-server.json", "ss-aead-client.json", false);
     both_ways("ss2022-server.json", "ss2022-client.json", false);
+    both_ways(
+        "ss2022-multiuser-server.json",
+        "ss2022-multiuser-client.json",
+        false,
+    );
 }
 
 #[test]
