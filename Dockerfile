@@ -11,6 +11,9 @@
 # address); with `-p 443:443` instead, publish each inbound's port (and `/udp` for UDP ones).
 # The build stage's Rust must be at least the workspace's rust-version.
 FROM rust:1.95-slim-bookworm AS build
+# AWS-LC (under rustls and quinn) builds with cmake where its prebuilt path does not apply.
+RUN apt-get update && apt-get install -y --no-install-recommends cmake \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cargo build --release -p ferry --bin ferry && strip --strip-debug target/release/ferry
