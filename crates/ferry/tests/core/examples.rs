@@ -76,11 +76,6 @@ pub(crate) fn with_cert(name: &str, cert: &Path, key: &Path) -> Value {
     s
 }
 
-/// The Trojan server's example with its certificate at `cert`/`key`.
-fn trojan_server(cert: &Path, key: &Path) -> Value {
-    with_cert("trojan-tls-server.json", cert, key)
-}
-
 #[test]
 fn every_example_passes_ferry_test() {
     let dir = tempdir::Dir::new("examples-test");
@@ -171,52 +166,114 @@ pub(crate) fn try_carries(socks: u16) -> Result<(), String> {
     }
 }
 
-/// A REALITY example pair: its target is a local nginx TLS site for the server's name.
-fn reality_pair(server: &str, client: &str, what: &str) {
-    let dir = tempdir::Dir::new("examples-reality");
-    let d = dir.path();
-    let mut server = example(server);
-    let sni = server["inbounds"][0]["streamSettings"]["realitySettings"]["serverNames"][0]
+/// An example pair run Ferry to Ferry (see [`pair_with`]).
+fn ferry_pair(server: &str, client: &str, fallback: bool) {
+    pair_with(server, client, fallback, &[(Imp::Ferry, Imp::Ferry)]);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Imp {
+    Ferry,
+    Xray,
+}
+
+pub(crate) fn run(imp: Imp, cfg: &Value, ports: &[u16]) -> Proc {
+    match imp {
+        Imp::Ferry => common::ferry(&cfg.to_string(), ports),
+        Imp::Xray => up(
+            spawn_with_config(
+                &peer("xray"),
+                "xray",
+                &cfg.to_string(),
+                &["run", "-c", "{config}"],
+            ),
+            ports,
+        ),
+    }
+}
+
+/// The TLS server name a client example sends.
+fn client_sni(c: &Value) -> String {
+    c["outbounds"][0]["streamSettings"]["tlsSettings"]["serverName"]
         .as_str()
         .unwrap()
-        .to_string();
-    let g = ferry::transport::tls::generate_self_signed(std::slice::from_ref(&sni), 2).unwrap();
-    std::fs::write(d.join("site.pem"), &g.cert_pem).unwrap();
-    std::fs::write(d.join("site.key"), &g.key_pem).unwrap();
-    let site_port = free_port();
-    let body = tls_site(
-        site_port,
-        &sni,
-        &d.join("site.pem"),
-        &d.join("site.key"),
-        "site",
-    );
-    let _site = nginx(d, Nginx::Http(&body), &[site_port]);
-    let sport = local_server(&mut server);
-    server["inbounds"][0]["streamSettings"]["realitySettings"]["target"] =
-        json!(format!("127.0.0.1:{site_port}"));
-    let mut client = example(client);
-    let cport = local_client(&mut client, sport);
-    let _s = common::ferry(&server.to_string(), &[sport]);
-    let _c = common::ferry(&client.to_string(), &[cport]);
-    carries(cport, what);
+        .to_string()
+}
+
+/// Runs the pair `server`/`client` once for each (server, client) implementation in `ways`:
+/// a TLS server gets a fresh certificate (pinned by the client), a REALITY server a local nginx
+/// target for its name, and with `fallback` a web server behind its fallback, which a browser
+/// reaching the server then gets.
+pub(crate) fn pair_with(server: &str, client: &str, fallback: bool, ways: &[(Imp, Imp)]) {
+    for &(si, ci) in ways {
+        let dir = tempdir::Dir::new("examples-pair");
+        let d = dir.path();
+        let mut s = example(server);
+        let mut c = example(client);
+        let what = format!("{server} on {si:?}, {client} on {ci:?}");
+        let tls = s
+            .pointer("/inbounds/0/streamSettings/tlsSettings")
+            .is_some();
+        let reality = s
+            .pointer("/inbounds/0/streamSettings/realitySettings")
+            .is_some();
+        let mut keep = Vec::new();
+        if tls {
+            let sni = client_sni(&c);
+            let (cert, key, pin) = ferry_cert(d, &sni);
+            s = with_cert(server, &cert, &key);
+            c["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
+        }
+        let sport = local_server(&mut s);
+        if reality {
+            let sni = s["inbounds"][0]["streamSettings"]["realitySettings"]["serverNames"][0]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let g =
+                ferry::transport::tls::generate_self_signed(std::slice::from_ref(&sni), 2).unwrap();
+            std::fs::write(d.join("site.pem"), &g.cert_pem).unwrap();
+            std::fs::write(d.join("site.key"), &g.key_pem).unwrap();
+            let site = free_port();
+            let body = tls_site(site, &sni, &d.join("site.pem"), &d.join("site.key"), "site");
+            keep.push(nginx(d, Nginx::Http(&body), &[site]));
+            s["inbounds"][0]["streamSettings"]["realitySettings"]["target"] =
+                json!(format!("127.0.0.1:{site}"));
+        }
+        if fallback {
+            s["inbounds"][0]["settings"]["fallbacks"] = json!([{"dest": web_server("fallback")}]);
+        }
+        let cport = local_client(&mut c, sport);
+        let sp = run(si, &s, &[sport]);
+        let cp = run(ci, &c, &[cport]);
+        if let Err(e) = try_carries(cport) {
+            panic!(
+                "{what}: {e}\n--- server\n{}\n--- client\n{}",
+                sp.output(),
+                cp.output()
+            );
+        }
+        if fallback {
+            assert_eq!(browser_gets(&client_sni(&c), sport), "fallback", "{what}");
+        }
+    }
 }
 
 #[test]
 fn the_vless_reality_vision_example_pair_carries_traffic() {
-    reality_pair(
+    ferry_pair(
         "vless-reality-vision-server.json",
         "vless-reality-vision-client.json",
-        "VLESS + REALITY + Vision",
+        false,
     );
 }
 
 #[test]
 fn the_vless_xhttp_reality_example_pair_carries_traffic() {
-    reality_pair(
+    ferry_pair(
         "vless-xhttp-reality-server.json",
         "vless-xhttp-reality-client.json",
-        "VLESS + XHTTP + REALITY",
+        false,
     );
 }
 
@@ -251,83 +308,36 @@ pub(crate) fn browser_gets(name: &str, port: u16) -> String {
 
 #[test]
 fn the_vless_tls_vision_example_pair_carries_traffic_and_falls_back() {
-    let dir = tempdir::Dir::new("examples-vless-tls");
-    let (cert, key, pin) = ferry_cert(dir.path(), "vless.example.com");
-    let mut server = with_cert("vless-tls-vision-server.json", &cert, &key);
-    let sport = local_server(&mut server);
-    let web = web_server("fallback");
-    server["inbounds"][0]["settings"]["fallbacks"] = json!([{"dest": web}]);
-    let mut client = example("vless-tls-vision-client.json");
-    let cport = local_client(&mut client, sport);
-    client["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
-    let _s = common::ferry(&server.to_string(), &[sport]);
-    let _c = common::ferry(&client.to_string(), &[cport]);
-    carries(cport, "VLESS + TLS + Vision");
-    assert_eq!(browser_gets("vless.example.com", sport), "fallback");
+    ferry_pair(
+        "vless-tls-vision-server.json",
+        "vless-tls-vision-client.json",
+        true,
+    );
 }
 
 #[test]
 fn the_vmess_tcp_shadowsocks_aead_and_ssr_example_pairs_carry_traffic() {
-    for (server, client, what) in [
-        (
-            "vmess-tcp-server.json",
-            "vmess-tcp-client.json",
-            "VMess + TCP",
-        ),
-        (
-            "ss-aead-server.json",
-            "ss-aead-client.json",
-            "Shadowsocks AEAD",
-        ),
+    for (server, client) in [
+        ("vmess-tcp-server.json", "vmess-tcp-client.json"),
+        ("ss-aead-server.json", "ss-aead-client.json"),
         (
             "ss2022-multiuser-server.json",
             "ss2022-multiuser-client.json",
-            "Shadowsocks 2022, several users",
         ),
-        (
-            "shadowsocksr-server.json",
-            "shadowsocksr-client.json",
-            "ShadowsocksR",
-        ),
+        ("shadowsocksr-server.json", "shadowsocksr-client.json"),
     ] {
-        let mut server = example(server);
-        let sport = local_server(&mut server);
-        let mut client = example(client);
-        let cport = local_client(&mut client, sport);
-        let _s = common::ferry(&server.to_string(), &[sport]);
-        let _c = common::ferry(&client.to_string(), &[cport]);
-        carries(cport, what);
+        ferry_pair(server, client, false);
     }
 }
 
 #[test]
 fn the_trojan_tls_example_pair_carries_traffic_and_falls_back() {
-    let dir = tempdir::Dir::new("examples-trojan");
-    let (cert, key, pin) = ferry_cert(dir.path(), "trojan.example.com");
-    let mut server = trojan_server(&cert, &key);
-    let sport = local_server(&mut server);
-    // The web server behind the fallback: anything that is not Trojan reaches it.
-    let web_port = web_server("fallback");
-    server["inbounds"][0]["settings"]["fallbacks"] = json!([{"dest": web_port}]);
-    let mut client = example("trojan-tls-client.json");
-    let cport = local_client(&mut client, sport);
-    client["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
-    let _s = common::ferry(&server.to_string(), &[sport]);
-    let _c = common::ferry(&client.to_string(), &[cport]);
-    carries(cport, "Trojan + TLS");
-    // A browser's request (not Trojan) gets the web server's page, through TLS.
-    assert_eq!(browser_gets("trojan.example.com", sport), "fallback");
+    ferry_pair("trojan-tls-server.json", "trojan-tls-client.json", true);
 }
 
 #[test]
 fn the_shadowsocks_2022_example_pair_carries_traffic() {
-    let mut server = example("ss2022-server.json");
-    let sport = local_server(&mut server);
-    let mut client = example("ss2022-client.json");
-    let cport = local_client(&mut client, sport);
-    let _s = common::ferry(&server.to_string(), &[sport]);
-    let _c = common::ferry(&client.to_string(), &[cport]);
-    carries(cport, "Shadowsocks 2022");
+    ferry_pair("ss2022-server.json", "ss2022-client.json", false);
 }
 
 #[test]
@@ -364,30 +374,20 @@ fn the_hysteria2_example_pair_carries_traffic() {
 
 #[test]
 fn the_vmess_ws_tls_example_pair_carries_traffic() {
-    let dir = tempdir::Dir::new("examples-vmess-ws");
-    let (cert, key, pin) = ferry_cert(dir.path(), "ws.example.com");
-    let mut server = with_cert("vmess-ws-tls-server.json", &cert, &key);
-    let sport = local_server(&mut server);
-    let mut client = example("vmess-ws-tls-client.json");
-    let cport = local_client(&mut client, sport);
-    client["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
-    let _s = common::ferry(&server.to_string(), &[sport]);
-    let _c = common::ferry(&client.to_string(), &[cport]);
-    carries(cport, "VMess + WebSocket + TLS");
+    ferry_pair(
+        "vmess-ws-tls-server.json",
+        "vmess-ws-tls-client.json",
+        false,
+    );
 }
 
 #[test]
 fn the_vless_grpc_tls_example_pair_carries_traffic() {
-    let dir = tempdir::Dir::new("examples-vless-grpc");
-    let (cert, key, pin) = ferry_cert(dir.path(), "grpc.example.com");
-    let mut server = with_cert("vless-grpc-tls-server.json", &cert, &key);
-    let sport = local_server(&mut server);
-    let mut client = example("vless-grpc-tls-client.json");
-    let cport = local_client(&mut client, sport);
-    client["outbounds"][0]["streamSettings"]["tlsSettings"]["pinnedPeerCertSha256"] = json!(pin);
-    let _s = common::ferry(&server.to_string(), &[sport]);
-    let _c = common::ferry(&client.to_string(), &[cport]);
-    carries(cport, "VLESS + gRPC + TLS");
+    ferry_pair(
+        "vless-grpc-tls-server.json",
+        "vless-grpc-tls-client.json",
+        false,
+    );
 }
 
 /// The three inbounds behind nginx: nginx runs `examples/nginx-front.conf` (its port, the
