@@ -47,6 +47,8 @@ fn main() -> ExitCode {
             std_encoding,
         }) => cli::keys::x25519_cmd(input.as_deref(), std_encoding),
         Some(Cmd::Mldsa65 { input }) => cli::keys::mldsa65_cmd(input.as_deref()),
+        Some(Cmd::Vlessenc) => Ok(cli::keys::vlessenc_cmd()),
+        Some(Cmd::Mlkem768 { input }) => cli::keys::mlkem768_cmd(input.as_deref()),
         Some(Cmd::Uuid { input }) => Ok(cli::uuid(input.as_deref())),
     };
     match res {

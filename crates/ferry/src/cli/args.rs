@@ -89,6 +89,15 @@ pub(crate) enum Cmd {
         #[arg(short = 'i', long = "input")]
         input: Option<String>,
     },
+    /// Print a new key pair for VLESS Encryption, X25519 and ML-KEM-768, as the `decryption`
+    /// (server) and `encryption` (client) strings `xray vlessenc` prints.
+    Vlessenc,
+    /// Print a new ML-KEM-768 seed (VLESS Encryption's server key) and its encapsulation key
+    /// (the client's), or those of `-i SEED`, as `xray mlkem768` prints them.
+    Mlkem768 {
+        #[arg(short = 'i', long = "input")]
+        input: Option<String>,
+    },
     /// Print a random UUID, or map a string to a UUID as Xray does (`-i STRING`).
     Uuid {
         #[arg(short = 'i', long = "input")]

@@ -54,6 +54,49 @@ pub(crate) fn mldsa65_cmd(input: Option<&str>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `ferry vlessenc`: an X25519 pair and an ML-KEM-768 pair as the strings of VLESS
+/// Encryption, in `xray vlessenc`'s layout.
+pub(crate) fn vlessenc_cmd() -> ExitCode {
+    println!(
+        "Choose one Authentication to use, do not mix them. Ephemeral key exchange is \
+         Post-Quantum safe anyway."
+    );
+    for (label, dec, enc) in ferry::transport::vlessenc::generate() {
+        println!();
+        println!("Authentication: {label}");
+        println!("\"decryption\": \"{dec}\"");
+        println!("\"encryption\": \"{enc}\"");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `ferry mlkem768`: a seed (VLESS Encryption's server key), its encapsulation key (the
+/// client's) and that key's BLAKE3 hash, in `xray mlkem768`'s three lines.
+pub(crate) fn mlkem768_cmd(input: Option<&str>) -> anyhow::Result<ExitCode> {
+    use base64::Engine;
+    use ferry::transport::vlessenc::config;
+    let seed = match input {
+        Some(k) => base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(k.trim())
+            .ok()
+            .filter(|b| b.len() == 64)
+            .ok_or_else(|| anyhow::anyhow!("{k:?} is not a base64url seed of 64 bytes"))?,
+        None => {
+            let mut s = vec![0u8; 64];
+            ferry::common::rand::fill(&mut s);
+            s
+        }
+    };
+    let key = config::mlkem_from_seed(&seed)
+        .ok_or_else(|| anyhow::anyhow!("not a valid ML-KEM-768 seed"))?;
+    let public = config::mlkem_public(&key);
+    let b64 = ferry::config::reality::b64;
+    println!("Seed: {}", b64(&seed));
+    println!("Client: {}", b64(&public));
+    println!("Hash32: {}", b64(blake3::hash(&public).as_bytes()));
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) fn tls_cert(domains: &[String], file: Option<&str>, days: u32) -> Result<ExitCode> {
     use ferry::transport::tls;
     let c = tls::generate_self_signed(domains, days).map_err(|e| anyhow!("{e}"))?;

@@ -27,6 +27,7 @@ pub mod tls13;
 pub mod udp;
 pub mod udpmask;
 pub mod upgrade;
+pub mod vlessenc;
 pub mod ws;
 pub mod xhttp;
 

@@ -794,3 +794,118 @@ fn a_wireguard_outbound_round_trips_through_its_link() {
     assert!(ok, "{err}\n{outbound}");
     assert!(outbound.contains("162.159.192.1:2408"), "{outbound}");
 }
+
+/// `ferry mlkem768 -i SEED` prints what `xray mlkem768 -i SEED` printed (v26.3.27, seed bytes
+/// 0..64); `ferry vlessenc` prints Xray's layout with strings that a server and a client read.
+#[test]
+fn mlkem768_and_vlessenc_print_what_xray_prints() {
+    let seed =
+        "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0-Pw";
+    let o = ferry_cmd(&["mlkem768", "-i", seed]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0], format!("Seed: {seed}"));
+    assert!(lines[1].starts_with("Client: KYqhDUI8jdoGnQK8WebN8DoJa4s9pMq5uAykoUkHZyzO8exPryNK"));
+    assert_eq!(lines[1].len() - "Client: ".len(), 1579);
+    assert_eq!(
+        lines[2],
+        "Hash32: zEsgfXtp_IkVT8_G8LlvmJk5hzORlpvB_i7qA-bziao"
+    );
+    assert!(!ferry_cmd(&["mlkem768", "-i", "short"]).status.success());
+
+    let o = ferry_cmd(&["vlessenc"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let quoted = |key: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(&format!("\"{key}\": \"")))
+            .map(|v| v.trim_end_matches('"').to_string())
+            .collect()
+    };
+    let (dec, enc) = (quoted("decryption"), quoted("encryption"));
+    assert_eq!((dec.len(), enc.len()), (2, 2), "{out}");
+    assert!(out.contains("Authentication: X25519, not Post-Quantum"));
+    assert!(out.contains("Authentication: ML-KEM-768, Post-Quantum"));
+    use ferry::transport::vlessenc::{ClientConfig, ServerConfig};
+    for (d, e) in dec.iter().zip(&enc) {
+        assert!(d.starts_with("mlkem768x25519plus.native.600s."), "{d}");
+        assert!(e.starts_with("mlkem768x25519plus.native.0rtt."), "{e}");
+        let s = ServerConfig::parse(d).unwrap().unwrap();
+        let c = ClientConfig::parse(e).unwrap().unwrap();
+        // The client holds the server key's public half.
+        assert_eq!(s.keys[0].public(), c.keys[0].bytes());
+    }
+}
+
+/// VLESS Encryption's strings are read as Xray reads them; what Xray refuses is a config error
+/// with its path and Xray's words.
+#[test]
+fn bad_vless_encryption_settings_name_their_path() {
+    let id = "5c6f2a1e-9b0d-4e3f-8a7c-2d1b0e9f8a7c";
+    let key = "YOW2u7Bl7WorXlTb-ybhAawEFebabyK1Malu_spRd2U";
+    let inbound = |settings: &str| {
+        format!(
+            r#"{{"inbounds":[{{"port":4443,"protocol":"vless","settings":{{"clients":[{{"id":"{id}"}}],{settings}}}}}]}}"#
+        )
+    };
+    let outbound = |enc: &str, flow: &str| {
+        format!(
+            r#"{{"outbounds":[{{"protocol":"vless","settings":{{"address":"a.test","port":443,"id":"{id}","encryption":"{enc}","flow":"{flow}"}}}}]}}"#
+        )
+    };
+    let sp = "inbounds[0].settings";
+    for (settings, want) in [
+        (
+            r#""decryption":"mlkem768""#.to_string(),
+            format!("{sp}.decryption: unsupported \"decryption\": mlkem768"),
+        ),
+        (
+            r#""decryption":"""#.to_string(),
+            format!("{sp}.decryption: please add/set \"decryption\":\"none\""),
+        ),
+        (
+            format!(r#""decryption":"mlkem768x25519plus.native.600s.100-20-40.{key}""#),
+            format!("{sp}.decryption: first padding length must not be smaller than 35"),
+        ),
+        (
+            format!(
+                r#""decryption":"mlkem768x25519plus.native.600s.{key}","fallbacks":[{{"dest":80}}]"#
+            ),
+            format!("{sp}.fallbacks: \"fallbacks\" can not be used together with \"decryption\""),
+        ),
+    ] {
+        assert_rejected(&inbound(&settings), &want);
+    }
+    let o = "outbounds[0].settings";
+    assert_rejected(
+        &outbound(&format!("mlkem768x25519plus.native.600s.{key}"), ""),
+        &format!("{o}.encryption: unsupported \"encryption\""),
+    );
+    // Vision needs TLS or VLESS Encryption under it.
+    assert_rejected(
+        &outbound("none", "xtls-rprx-vision"),
+        &format!("{o}.flow: XTLS Vision needs"),
+    );
+    let dir = tempdir::Dir::new("venc");
+    let ok = write(
+        &dir,
+        "c.json",
+        &outbound(
+            &format!("mlkem768x25519plus.random.1rtt.100-40-50.{key}"),
+            "xtls-rprx-vision",
+        ),
+    );
+    let r = ferry_cmd(&["test", "-c", s(&ok)]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let ok = write(
+        &dir,
+        "s.json",
+        &inbound(&format!(
+            r#""decryption":"mlkem768x25519plus.xorpub.300-600s.{key}""#
+        )),
+    );
+    let r = ferry_cmd(&["test", "-c", s(&ok)]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+}

@@ -48,7 +48,7 @@ use Imp::*;
 
 /// The tunnelled traffic.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Inner {
+pub(crate) enum Inner {
     /// TLS 1.3 with records of this much plaintext at most.
     Tls13(usize),
     Tls12,
@@ -89,7 +89,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// An echo server speaking `inner` (TLS 1.3 / 1.2 / plain TCP); returns its address and the
 /// client config that trusts it.
-fn inner_server(inner: Inner) -> (SocketAddr, Option<Arc<ClientConfig>>) {
+pub(crate) fn inner_server(inner: Inner) -> (SocketAddr, Option<Arc<ClientConfig>>) {
     let Some(version) = (match inner {
         Inner::Tls13(_) => Some(&rustls::version::TLS13),
         Inner::Tls12 => Some(&rustls::version::TLS12),
@@ -150,7 +150,7 @@ fn inner_server(inner: Inner) -> (SocketAddr, Option<Arc<ClientConfig>>) {
 
 /// Sends `data` over inner TLS on `sock` while reading the echo; calls `midway` once half of
 /// it came back (the connection still open).
-fn tls_echo_through(
+pub(crate) fn tls_echo_through(
     sock: TcpStream,
     cfg: Arc<ClientConfig>,
     data: &[u8],

@@ -28,6 +28,7 @@ mod interop_tun;
 mod interop_tun_route;
 mod interop_vision;
 mod interop_vless;
+mod interop_vlessenc;
 mod interop_vmess;
 mod interop_wireguard;
 mod interop_xhttp;

@@ -23,13 +23,21 @@ use crate::proxy::headed::ServerStream;
 use crate::proxy::mux::mux_cool;
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, UserManager, UserTable};
 use crate::registry::{CounterSource, Users};
-use crate::transport::BoxStream;
+use crate::transport::{vlessenc, BoxStream};
 
 /// The longest header: 1 + 16 + 1 + 255 + 1 + 2 + 1 + 1 + 255.
 const MAX_HEADER: usize = 533;
 
+/// VLESS Encryption's server side (`decryption`).
+pub struct Decryption {
+    pub server: Arc<vlessenc::Server>,
+    /// The stream under is a bare socket.
+    pub splice_ok: bool,
+}
+
 pub struct Inbound {
     users: Users<Account>,
+    decryption: Option<Decryption>,
     counters: CounterSource,
     fallbacks: Option<Arc<Fallbacks>>,
     /// For users added later.
@@ -42,9 +50,11 @@ impl Inbound {
         counters: CounterSource,
         fallbacks: Option<Arc<Fallbacks>>,
         defaults: ClientDefaults,
+        decryption: Option<Decryption>,
     ) -> Self {
         Inbound {
             users: Users::new(accounts),
+            decryption,
             counters,
             fallbacks,
             defaults,
@@ -57,6 +67,22 @@ impl InboundHandler for Inbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
         let deadline = Instant::now() + ctx.services.handshake_timeout();
         let mut stream = stream;
+        if let Some(d) = &self.decryption {
+            // Xray sets no deadline on this handshake; the inbound's handshake timeout bounds it.
+            let hs = d.server.handshake(stream, d.splice_ok);
+            stream = match timeout_at(deadline, hs).await {
+                Err(_) => {
+                    ctx.reject("vless", "timeout", &"VLESS Encryption handshake timed out");
+                    return Ok(Accepted::Done);
+                }
+                Ok(Err(e)) => {
+                    let why = format_args!("ML-KEM-768 handshake failed: {e}");
+                    ctx.reject("vless", e.kind, &why);
+                    return Ok(Accepted::Done);
+                }
+                Ok(Ok(s)) => Box::new(s),
+            };
+        }
         if let Some(tls) = stream.outer_tls() {
             // Until the header says whether this is Vision, decrypt nothing past the record
             // being read: a Vision client may write on the bare socket right after it.

@@ -1,7 +1,8 @@
 //! VLESS (Xray's `proxy/vless`): a UUID, a command and a target in front of plain bytes.
 //! Inbound and outbound over TCP (commands TCP, UDP and Mux: Mux.Cool and XUDP, in
-//! `proxy/mux`); XTLS Vision, the reverse proxy and the fallbacks arrive with their issues
-//! and are refused clearly until then.
+//! `proxy/mux`), XTLS Vision, the fallbacks, and VLESS Encryption (`decryption` /
+//! `encryption`, [`crate::transport::vlessenc`]) under the header; the reverse proxy arrives
+//! with its issue and is refused clearly until then.
 
 pub mod api;
 pub mod codec;
@@ -17,6 +18,7 @@ use crate::common::uuid::parse_id;
 use crate::common::{Address, Destination};
 use crate::config::reader::{ConfigError, Obj, Result};
 use crate::session::User;
+use crate::transport::vlessenc;
 
 /// vless's entry in the protocol table.
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
@@ -121,15 +123,26 @@ fn parse_seeds(o: &Obj<'_>) -> Result<Option<[u32; 4]>> {
     Ok(Some([n[0], n[1], n[2], n[3]]))
 }
 
-/// Vision needs TLS right under VLESS.
+/// Vision needs TLS right under VLESS, or VLESS Encryption (on any transport).
 fn check_vision_stream(o: &Obj<'_>, flow: Flow, tls: bool) -> Result<()> {
     if flow.is_vision() && !tls {
         return Err(ConfigError::new(
             o.key_path("flow"),
-            "XTLS Vision needs streamSettings.security \"tls\" (or \"reality\") under VLESS",
+            "XTLS Vision needs streamSettings.security \"tls\" (or \"reality\") or VLESS \
+             Encryption under VLESS",
         ));
     }
     Ok(())
+}
+
+/// The stream under VLESS is a bare socket (raw, no security): Vision over VLESS Encryption
+/// may splice it, as Xray's `IsRAWTransportWithoutSecurity`.
+fn bare_socket(s: &crate::transport::StreamSettings) -> bool {
+    use crate::transport::chain::{Network, Security};
+    matches!(s.network, Network::Raw)
+        && matches!(s.security, Security::None)
+        && s.http_header.is_none()
+        && s.dialer_proxy.is_none()
 }
 
 /// What an inbound's `settings` give every client that does not say otherwise.
@@ -173,20 +186,37 @@ pub fn parse_client(
     })
 }
 
-fn check_decryption(o: &Obj<'_>, key: &str) -> Result<()> {
-    match o.str(key)?.as_deref() {
-        None | Some("none") | Some("") => Ok(()),
-        Some(other) => Err(ConfigError::new(
-            o.key_path(key),
-            format!("{other:?}: only \"none\" exists (VLESS encryption is not supported yet)"),
-        )),
+/// An inbound's `decryption`: `none`, or VLESS Encryption's server side.
+fn parse_decryption(o: &Obj<'_>) -> Result<Option<vlessenc::ServerConfig>> {
+    let s = o.str("decryption")?.unwrap_or_default();
+    vlessenc::ServerConfig::parse(&s).map_err(|e| ConfigError::new(o.key_path("decryption"), e))
+}
+
+/// An outbound user's `encryption`: `none` (or absent), or VLESS Encryption's client side.
+fn parse_encryption(o: &Obj<'_>) -> Result<Option<Arc<vlessenc::Client>>> {
+    let Some(s) = o.str("encryption")? else {
+        return Ok(None);
+    };
+    match vlessenc::ClientConfig::parse(&s) {
+        Ok(c) => Ok(c.map(vlessenc::Client::new)),
+        Err(e) => Err(ConfigError::new(o.key_path("encryption"), e)),
     }
 }
 
 pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn InboundHandler>> {
-    check_decryption(o, "decryption")?;
+    let decryption = match o.has("decryption") {
+        true => parse_decryption(o)?,
+        false => None,
+    };
     let fallbacks = crate::proxy::fallback::Fallbacks::parse(o)?;
-    let tls = !matches!(b.stream.security, crate::transport::chain::Security::None);
+    if decryption.is_some() && fallbacks.is_some() {
+        return Err(ConfigError::new(
+            o.key_path("fallbacks"),
+            "\"fallbacks\" can not be used together with \"decryption\"",
+        ));
+    }
+    let tls = decryption.is_some()
+        || !matches!(b.stream.security, crate::transport::chain::Security::None);
     let defaults = ClientDefaults {
         flow: parse_flow(o, false)?.unwrap_or_default(),
         seeds: parse_seeds(o)?.unwrap_or(vision::DEFAULT_SEEDS),
@@ -197,11 +227,16 @@ pub fn build_inbound(o: &Obj<'_>, b: &InboundBuild<'_>) -> Result<Arc<dyn Inboun
         accounts.push(parse_client(&c, b.counters, &defaults)?);
         c.finish();
     }
+    let decryption = decryption.map(|d| inbound::Decryption {
+        server: Arc::new(vlessenc::Server::new(d)),
+        splice_ok: bare_socket(b.stream),
+    });
     Ok(Arc::new(inbound::Inbound::new(
         accounts,
         b.counters.clone(),
         fallbacks,
         defaults,
+        decryption,
     )))
 }
 
@@ -212,6 +247,8 @@ pub struct Server {
     pub uuid: [u8; 16],
     pub flow: Flow,
     pub seeds: [u32; 4],
+    /// VLESS Encryption's client side, when `encryption` is not `none`.
+    pub encryption: Option<Arc<vlessenc::Client>>,
 }
 
 /// Reads `vnext: [{address, port, users: [{id, encryption, flow}]}]` or Xray's flat form
@@ -224,14 +261,15 @@ pub fn parse_server(o: &Obj<'_>, tls: bool) -> Result<Server> {
             .port("port")?
             .ok_or_else(|| ConfigError::new(o.key_path("port"), "is required"))?;
         let flow = parse_flow(o, true)?.unwrap_or_default();
-        check_vision_stream(o, flow, tls)?;
-        check_decryption(o, "encryption")?;
+        let encryption = parse_encryption(o)?;
+        check_vision_stream(o, flow, tls || encryption.is_some())?;
         o.ignore(&["level", "email"]);
         return Ok(Server {
             dest: Destination::new(Address::parse(&addr), port),
             uuid: parse_uuid(o)?,
             flow,
             seeds: parse_seeds(o)?.unwrap_or(vision::DEFAULT_SEEDS),
+            encryption,
         });
     }
     if vnext.len() != 1 {
@@ -250,9 +288,9 @@ pub fn parse_server(o: &Obj<'_>, tls: bool) -> Result<Server> {
         return Err(ConfigError::new(s.key_path("users"), "needs one user"));
     };
     let flow = parse_flow(u, true)?.unwrap_or_default();
-    check_vision_stream(u, flow, tls)?;
+    let encryption = parse_encryption(u)?;
+    check_vision_stream(u, flow, tls || encryption.is_some())?;
     let seeds = parse_seeds(u)?.unwrap_or(vision::DEFAULT_SEEDS);
-    check_decryption(u, "encryption")?;
     u.ignore(&["level", "email"]);
     let uuid = parse_uuid(u)?;
     for u in users {
@@ -267,6 +305,7 @@ pub fn parse_server(o: &Obj<'_>, tls: bool) -> Result<Server> {
         uuid,
         flow,
         seeds,
+        encryption,
     })
 }
 
@@ -275,6 +314,7 @@ pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn Outb
     let server = parse_server(o, tls)?;
     Ok(Arc::new(outbound::Outbound {
         server,
+        splice_ok: bare_socket(b.stream),
         dialer: b.dialer.clone(),
         cone: crate::proxy::mux::cone(),
     }))

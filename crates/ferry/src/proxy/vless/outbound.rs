@@ -24,9 +24,14 @@ fn check_response(b: &[u8]) -> Result<Option<usize>, String> {
     codec::decode_response(b).map_err(|e| format!("vless: {e}"))
 }
 
+/// How long a VLESS Encryption handshake may take (one round trip and the padding's gaps).
+const ENCRYPTION_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(16);
+
 pub struct Outbound {
     pub server: Server,
     pub dialer: Arc<dyn Dialer>,
+    /// The stream under VLESS is a bare socket (Vision over VLESS Encryption may splice it).
+    pub splice_ok: bool,
     /// UDP goes as XUDP (except to ports 53 and 443), as Xray's full-cone mode.
     pub cone: bool,
 }
@@ -35,6 +40,23 @@ impl Outbound {
     /// A connection with the request header for `dest` (none for Mux).
     async fn open(&self, cmd: u8, dest: Option<&Destination>) -> io::Result<BoxStream> {
         let mut inner = self.dialer.dial_tcp(&self.server.dest).await?;
+        if let Some(enc) = &self.server.encryption {
+            let hs = enc.handshake(inner, self.splice_ok);
+            inner = match tokio::time::timeout(ENCRYPTION_HANDSHAKE, hs).await {
+                Ok(Ok(s)) => Box::new(s),
+                Ok(Err(e)) => {
+                    return Err(io::Error::other(format!(
+                        "ML-KEM-768 handshake failed: {e}"
+                    )))
+                }
+                Err(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "ML-KEM-768 handshake timed out",
+                    ))
+                }
+            };
+        }
         let mut header = Vec::with_capacity(64);
         if self.server.flow.is_vision() {
             match inner.outer_tls() {

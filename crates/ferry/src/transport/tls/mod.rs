@@ -28,6 +28,7 @@ pub use certs::{
     generate_self_signed, CertError, CertSource, CertificateEntry, GeneratedCert, Usage,
 };
 pub use stream::{Handover, NotTls, TlsStream};
+pub use suites::aes_hardware;
 pub use verify::chain_hash;
 
 /// The crypto provider every TLS config uses.

@@ -60,7 +60,7 @@ pub(super) fn server_provider(aes: bool) -> Arc<CryptoProvider> {
 }
 
 /// Go's `hasAESGCMHardwareSupport`.
-pub(super) fn aes_hardware() -> bool {
+pub fn aes_hardware() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("aes")
