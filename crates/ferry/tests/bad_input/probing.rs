@@ -1,7 +1,7 @@
 //! Active probing: a prober must not tell a Ferry server from its reference implementation.
 //!
 //! Each case starts Ferry and the reference server (shadowsocks-rust for Shadowsocks AEAD and
-//! 2022; Xray for VMess, VLESS, Trojan and REALITY) with the same settings and a 1 s handshake
+//! 2022; Xray for VMess, VLESS, VLESS Encryption, Trojan and REALITY) with the same settings and a 1 s handshake
 //! timeout,
 //! then sends both the same probes, each on a fresh connection: nothing; random bytes of
 //! several lengths; a valid client's first packet (recorded from the real client through a
@@ -927,6 +927,41 @@ fn vless_as_xray() {
                 e,
                 &format!(
                     r#"{{"protocol":"vless","settings":{{"vnext":[{{"address":"127.0.0.1","port":{s},"users":[{{"id":"{UUID}","encryption":"none"}}]}}]}}}}"#
+                ),
+                t,
+            )
+        }),
+        packet: |p| p,
+        behind: None,
+    });
+}
+
+/// VLESS Encryption's keys (`ferry vlessenc`, X25519): the server's `decryption` and the
+/// client's `encryption`, a 1-RTT client so that its first flight is the whole key exchange.
+const VENC_DEC: &str = "mlkem768x25519plus.native.600s.6KNNcsY7Me8psBRSoYS_DzwAKAxxxbMHGoIgn3CEknk";
+const VENC_ENC: &str = "mlkem768x25519plus.native.1rtt.yijf5EwNWSnuIB4vJoRszP0Y5NdvFeN3OE0Dk9lcPU8";
+
+#[test]
+fn vless_encryption_as_xray() {
+    let inbound = format!(
+        r#""protocol":"vless","settings":{{"clients":[{{"id":"{UUID}"}}],"decryption":"{VENC_DEC}"}}"#
+    );
+    let reference = inbound.clone();
+    run_case(Case {
+        name: "vless encryption",
+        // 0: the IV; 16..48 the X25519 relay (47: its top bit); 48..66 the first length;
+        // 66.. the key exchange; the last byte ends the padding.
+        truncs: &[1, 16, 47, 48, 66, 100, 1298, usize::MAX],
+        flips: &[0, 16, 47, 48, 65, 66, 1000, usize::MAX],
+        deliberate: &[],
+        counts_rejections: true,
+        ferry_inbound: inbound,
+        reference: Box::new(move |p| xray_server(p, &reference)),
+        client: Box::new(|e, s, t| {
+            xray_client(
+                e,
+                &format!(
+                    r#"{{"protocol":"vless","settings":{{"address":"127.0.0.1","port":{s},"id":"{UUID}","encryption":"{VENC_ENC}"}}}}"#
                 ),
                 t,
             )

@@ -28,6 +28,9 @@ use crate::transport::{vlessenc, BoxStream};
 /// The longest header: 1 + 16 + 1 + 255 + 1 + 2 + 1 + 1 + 255.
 const MAX_HEADER: usize = 533;
 
+/// How long an unfinished VLESS Encryption handshake is held (Xray's default `connIdle`).
+const ENCRYPTION_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// VLESS Encryption's server side (`decryption`).
 pub struct Decryption {
     pub server: Arc<vlessenc::Server>,
@@ -65,12 +68,12 @@ impl Inbound {
 #[async_trait]
 impl InboundHandler for Inbound {
     async fn accept(&self, stream: BoxStream, ctx: &InboundCtx) -> io::Result<Accepted> {
-        let deadline = Instant::now() + ctx.services.handshake_timeout();
         let mut stream = stream;
         if let Some(d) = &self.decryption {
-            // Xray sets no deadline on this handshake; the inbound's handshake timeout bounds it.
+            // Xray sets no deadline on this handshake (a prober's partial flight is held):
+            // Ferry holds it as long as Xray's default idle timeout, then closes.
             let hs = d.server.handshake(stream, d.splice_ok);
-            stream = match timeout_at(deadline, hs).await {
+            stream = match tokio::time::timeout(ENCRYPTION_HOLD, hs).await {
                 Err(_) => {
                     ctx.reject("vless", "timeout", &"VLESS Encryption handshake timed out");
                     return Ok(Accepted::Done);
@@ -83,6 +86,8 @@ impl InboundHandler for Inbound {
                 Ok(Ok(s)) => Box::new(s),
             };
         }
+        // The header's deadline starts after VLESS Encryption's handshake, as Xray's.
+        let deadline = Instant::now() + ctx.services.handshake_timeout();
         if let Some(tls) = stream.outer_tls() {
             // Until the header says whether this is Vision, decrypt nothing past the record
             // being read: a Vision client may write on the bare socket right after it.

@@ -23,15 +23,17 @@ impl Reader {
         }
     }
 
-    /// The next `n` bytes.
+    /// The next `n` bytes, read exactly (nothing past them is taken from the stream, so a
+    /// connection closed after a bad handshake leaves the rest unread, as Xray's `ReadFull`:
+    /// the kernel then resets it).
     pub async fn take(&mut self, io: &mut BoxStream, n: usize) -> io::Result<Vec<u8>> {
-        while self.buf.len() - self.pos < n {
-            if self.pos > 0 {
-                self.buf.drain(..self.pos);
-                self.pos = 0;
-            }
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        while self.buf.len() < n {
             let have = self.buf.len();
-            self.buf.resize(have + (n - have).max(4096), 0);
+            self.buf.resize(n, 0);
             let got = io.read(&mut self.buf[have..]).await;
             let k = *got.as_ref().unwrap_or(&0);
             self.buf.truncate(have + k);
@@ -43,8 +45,8 @@ impl Reader {
                 ));
             }
         }
-        let out = self.buf[self.pos..self.pos + n].to_vec();
-        self.pos += n;
+        let out = self.buf[..n].to_vec();
+        self.pos = n;
         Ok(out)
     }
 

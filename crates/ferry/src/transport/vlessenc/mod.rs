@@ -25,7 +25,7 @@ pub mod stream;
 #[cfg(test)]
 mod tests;
 mod ticket;
-mod xor;
+pub mod xor;
 
 pub use client::Client;
 pub use config::{ClientConfig, Mode, ServerConfig};
