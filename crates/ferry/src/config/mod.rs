@@ -54,6 +54,8 @@ pub struct Config {
     pub counters: CounterSource,
     /// The gRPC API (`api`), when configured.
     pub api: Option<api::ApiConfig>,
+    /// The bridges of the legacy `reverse` object (VLESS Reverse bridges are their outbounds').
+    pub bridges: Vec<crate::proxy::reverse::Bridge>,
 }
 
 pub use crate::matchers::port::parse_ports;
@@ -110,12 +112,13 @@ impl Config {
             .unwrap_or_else(|| Arc::new(crate::app::dns::Dns::system()));
         // The registry chained outbounds dial through; the instance fills it.
         let registry = reuse.registry.clone().unwrap_or_default();
-        let (outbounds, tags) =
+        let (mut outbounds, mut tags) =
             outbound::parse_outbounds(&root, &registry, &out_dns, special_outbounds, diag)?;
+        let bridges = parse_reverse(&root, &mut outbounds, &mut tags)?;
         let inbounds = inbound::parse_inbounds(&root, &counters, diag)?;
+        reverse_user_tags(&root, &mut tags);
         let router = parse_routing(&root, dns, &tags)?;
-        root.ignore(&["api", "transport", "reverse", "fakedns"]);
-        check_reverse(&root)?;
+        root.ignore(&["api", "transport", "fakedns"]);
         root.finish();
         Ok(Config {
             log,
@@ -128,6 +131,7 @@ impl Config {
             registry,
             counters,
             api,
+            bridges,
         })
     }
 }
@@ -210,19 +214,50 @@ fn parse_routing(
     Ok(router)
 }
 
-/// Refuses a non-empty `reverse` object.
-fn check_reverse(root: &Obj<'_>) -> reader::Result<()> {
-    // The legacy bridge/portal `reverse` (Xray v26.4.25 removed it): an empty object is
-    // nothing; anything in it is a feature Ferry lacks.
-    if let Some((p, v)) = root.get("reverse") {
-        if v.as_object().is_some_and(|m| !m.is_empty()) {
+/// Reads the legacy `reverse` object (Xray v26.3.27 still runs it): each portal becomes an
+/// outbound after the configured ones; the bridges are returned for the instance to start.
+fn parse_reverse(
+    root: &Obj<'_>,
+    outbounds: &mut Vec<outbound::Outbound>,
+    tags: &mut HashSet<String>,
+) -> reader::Result<Vec<crate::proxy::reverse::Bridge>> {
+    let Some(r) = root.obj("reverse")? else {
+        return Ok(Vec::new());
+    };
+    let (portals, bridges) = crate::proxy::reverse::parse_legacy(&r)?;
+    let path = r.path().to_string();
+    r.finish();
+    for (i, (tag, domain)) in portals.into_iter().enumerate() {
+        if !tags.insert(tag.clone()) {
             return Err(ConfigError::new(
-                p,
-                "the legacy reverse proxy (bridges/portals) is not supported yet",
+                format!("{path}.portals[{i}].tag"),
+                format!("outbound tag {tag:?} is already taken"),
             ));
         }
+        outbounds.push(outbound::Outbound {
+            handler: crate::proxy::reverse::Portal::legacy(&tag, &domain),
+            tag,
+            protocol: crate::app::dispatcher::reverse::PORTAL.into(),
+            bridge: None,
+        });
     }
-    Ok(())
+    Ok(bridges)
+}
+
+/// The outbound tags VLESS Reverse portals register at run time (`clients[].reverse.tag`), so
+/// rules naming them are not warned about.
+fn reverse_user_tags(root: &Obj<'_>, tags: &mut HashSet<String>) {
+    let Some((_, Value::Array(ibs))) = root.get("inbounds") else {
+        return;
+    };
+    for ib in ibs {
+        let clients = ib.pointer("/settings/clients").and_then(Value::as_array);
+        for c in clients.into_iter().flatten() {
+            if let Some(t) = c.pointer("/reverse/tag").and_then(Value::as_str) {
+                tags.insert(t.to_string());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ pub struct Outbound {
     pub tag: String,
     pub protocol: String,
     pub handler: Arc<dyn OutboundHandler>,
+    /// A VLESS outbound with `reverse`: the bridge the instance starts.
+    pub bridge: Option<proxy::reverse::Bridge>,
 }
 
 /// Reads the `outbounds` list (a default freedom outbound when it is empty), then the service
@@ -58,6 +60,7 @@ pub(super) fn parse_outbounds(
             tag: String::new(),
             protocol: proxy::freedom::PROTOCOL.name().into(),
             handler: Arc::new(proxy::freedom::Freedom::default()),
+            bridge: None,
         });
     }
     for (path, tag, protocol, handler) in special_outbounds {
@@ -71,6 +74,7 @@ pub(super) fn parse_outbounds(
             tag,
             protocol: protocol.into(),
             handler,
+            bridge: None,
         });
     }
     check_chains(&chains, &tags)?;
@@ -181,6 +185,7 @@ pub fn parse_outbound(
     let dialer = ss.dialer(via);
     let settings_v = o.get("settings").map(|(_, v)| v).unwrap_or(&Value::Null);
     let settings = Obj::new(settings_v, o.key_path("settings"), diag)?;
+    let bridge = std::cell::OnceCell::new();
     let handler = builder(
         &settings,
         &OutboundBuild {
@@ -190,6 +195,7 @@ pub fn parse_outbound(
             sockopt: ss.sockopt.clone(),
             stream: &ss,
             dns: dns.clone(),
+            bridge: &bridge,
         },
     )?;
     settings.finish();
@@ -202,6 +208,7 @@ pub fn parse_outbound(
             tag,
             protocol: name,
             handler,
+            bridge: bridge.into_inner(),
         },
         chain,
     ))

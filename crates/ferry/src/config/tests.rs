@@ -148,3 +148,69 @@ fn log_metrics_and_api_as_panels_write_them() {
     let v = json!({"metrics": {"tag": "direct"}, "outbounds": [{"protocol": "freedom", "tag": "direct"}]});
     assert_eq!(load(v).err().unwrap().path, "metrics.tag");
 }
+
+/// VLESS Reverse and the legacy `reverse` object: what they build, and Xray's refusals with
+/// their paths.
+#[test]
+fn reverse_settings_build_and_refuse_as_xray() {
+    let id = "ac04551d-6ebf-4685-86e2-17c12491f7f4";
+    let c = load(json!({
+        "reverse": {"bridges": [{"tag": "b", "domain": "r.internal"}],
+                    "portals": [{"tag": "p", "domain": "r.internal"}]},
+        "inbounds": [{"port": 1, "protocol": "vless", "settings": {"decryption": "none",
+            "clients": [{"id": id, "reverse": {"tag": "r-out"}}]}}],
+        "outbounds": [{"protocol": "freedom", "tag": "direct"},
+            {"protocol": "vless", "tag": "up", "settings": {"address": "127.0.0.1", "port": 2,
+             "id": id, "encryption": "none",
+             "reverse": {"tag": "r-in", "sniffing": {"enabled": true, "destOverride": ["tls"]}}}}],
+        "routing": {"rules": [{"inboundTag": ["x"], "outboundTag": "r-out"}]}
+    }))
+    .unwrap();
+    assert_eq!(c.bridges.len(), 1);
+    assert_eq!(&*c.bridges[0].tag, "b");
+    let portal = c.outbounds.iter().find(|o| o.tag == "p").unwrap();
+    assert_eq!(portal.protocol, "reverse");
+    let up = c.outbounds.iter().find(|o| o.tag == "up").unwrap();
+    match &up.bridge.as_ref().unwrap().via {
+        crate::proxy::reverse::Via::Vless { sniffing, .. } => assert!(sniffing.is_some()),
+        _ => panic!("not a VLESS bridge"),
+    }
+    let cases = [
+        (json!({"reverse": {"bridges": [{"tag": "", "domain": "d"}]}}),
+            "reverse.bridges[0].tag: bridge tag is empty"),
+        (json!({"reverse": {"portals": [{"tag": "p"}]}}),
+            "reverse.portals[0].domain: portal domain is empty"),
+        (json!({"reverse": {"portals": [{"tag": "direct", "domain": "d"}]},
+                "outbounds": [{"protocol": "freedom", "tag": "direct"}]}),
+            "reverse.portals[0].tag: outbound tag \"direct\" is already taken"),
+        (json!({"inbounds": [{"port": 1, "protocol": "vless", "settings": {"decryption": "none",
+            "clients": [{"id": id, "reverse": {"tag": ""}}]}}]}),
+            "inbounds[0].settings.clients[0].reverse.tag: VLESS clients: \"tag\" can't be empty for \"reverse\""),
+        (json!({"inbounds": [{"port": 1, "protocol": "vless", "settings": {"decryption": "none",
+            "clients": [{"id": id, "reverse": {"tag": "t", "sniffing": {}}}]}}]}),
+            "inbounds[0].settings.clients[0].reverse.sniffing: VLESS clients: inbound's \"reverse\" can't have \"sniffing\""),
+        (json!({"outbounds": [{"protocol": "vless", "settings": {"vnext": [{"address": "a", "port": 1,
+            "users": [{"id": id, "encryption": "none", "reverse": {"tag": "t"}}]}]}}]}),
+            "outbounds[0].settings.vnext[0].users[0].reverse: VLESS users: please use simplified outbound's config style to use \"reverse\""),
+        (json!({"outbounds": [{"protocol": "vless", "settings": {"address": "a", "port": 1,
+            "id": id, "encryption": "none", "reverse": {}}}]}),
+            "outbounds[0].settings.reverse.tag: VLESS reverse: \"tag\" can't be empty"),
+    ];
+    for (v, want) in cases {
+        let e = load(v).err().unwrap();
+        assert_eq!(e.to_string(), want);
+    }
+    // A rule naming a portal user's tag is not warned about.
+    let d = Diagnostics::default();
+    Config::from_value(
+        &json!({"inbounds": [{"port": 1, "protocol": "vless", "settings": {"decryption": "none",
+            "clients": [{"id": id, "reverse": {"tag": "r-out"}}]}}],
+            "routing": {"rules": [{"inboundTag": ["x"], "outboundTag": "r-out"}]}}),
+        &d,
+    )
+    .unwrap();
+    assert!(
+        d.take().iter().all(|w| !w.to_string().contains("r-out")),
+        "warned"
+    );
+}

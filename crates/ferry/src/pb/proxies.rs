@@ -15,6 +15,16 @@ pub struct VlessAccount {
     pub flow: String,
     #[prost(string, tag = "3")]
     pub encryption: String,
+    /// VLESS Reverse (`reverse.tag`; its sniffing, field 2, is an outbound's only).
+    #[prost(message, optional, tag = "7")]
+    pub reverse: Option<VlessReverse>,
+}
+
+/// `xray.proxy.vless.Reverse`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VlessReverse {
+    #[prost(string, tag = "1")]
+    pub tag: String,
 }
 
 /// `xray.proxy.vless.inbound.Config` and `xray.proxy.trojan.ServerConfig` (same fields 1-2).

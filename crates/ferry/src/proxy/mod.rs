@@ -16,6 +16,7 @@ pub mod hysteria;
 pub mod mux;
 pub mod probe;
 pub mod protocol;
+pub mod reverse;
 pub mod shadowsocks;
 pub mod shadowsocksr;
 pub mod socks;
@@ -125,6 +126,9 @@ pub enum Accepted {
     /// session the client opens is routed, dialed and counted like a connection of its own,
     /// as this session's user (`app/mux.rs`).
     Mux(Session, BoxStream),
+    /// A VLESS Reverse tunnel (command 4 from a user with `reverse`): the stream becomes a
+    /// worker of the reverse outbound with this tag, registered when the first one arrives.
+    Reverse(Session, BoxStream, Arc<str>),
     /// Not this protocol's traffic: hand the stream (which replays every byte the client sent)
     /// to the fallback the inbound chose. The flag: the client is closed as soon as the
     /// fallback ends (a TLS client, as Xray's TLS connection closes with its writer); without
@@ -266,6 +270,8 @@ pub struct OutboundBuild<'a> {
     pub stream: &'a crate::transport::StreamSettings,
     /// The resolver of the `dns` object (the system's without one): the `dns` outbound's.
     pub dns: Arc<dyn dns::Resolve>,
+    /// Where an outbound that is a VLESS Reverse bridge puts its bridge (the instance starts it).
+    pub bridge: &'a std::cell::OnceCell<reverse::Bridge>,
 }
 
 pub type InboundBuilder =

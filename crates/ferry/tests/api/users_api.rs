@@ -219,6 +219,7 @@ fn cases(p: &dyn Fn(usize) -> u16) -> Vec<Case> {
                 id: VL.into(),
                 flow: String::new(),
                 encryption: "none".into(),
+                reverse: None,
             }
             .encode_to_vec(),
         },

@@ -327,12 +327,6 @@ fn users_alias_on_vless_and_trojan_inbounds() {
 fn features_ferry_lacks_are_refused_naming_them() {
     let cases: Vec<(&str, String, &str)> = vec![
         (
-            "legacy reverse",
-            r#"{"reverse":{"bridges":[{"tag":"b","domain":"r.test"}]},"outbounds":[{"protocol":"freedom"}]}"#
-                .into(),
-            "reverse: the legacy reverse proxy",
-        ),
-        (
             "https webhook",
             r#"{"outbounds":[{"tag":"d","protocol":"freedom"}],"routing":{"rules":[
                 {"type":"field","port":"443","outboundTag":"d","webhook":{"url":"https://hook.test/x"}}]}}"#

@@ -18,6 +18,7 @@ mod interop_hysteria;
 mod interop_hysteria_hop;
 mod interop_mux;
 mod interop_reality;
+mod interop_reverse;
 mod interop_shadowsocks;
 mod interop_ssr;
 mod interop_tls;

@@ -3,6 +3,7 @@
 
 pub mod fallback;
 pub mod mux;
+pub mod reverse;
 mod services;
 pub mod udp;
 
@@ -35,6 +36,8 @@ pub struct Dispatcher {
     /// The instance's running inbounds: a fallback whose destination is one of them is handed
     /// over in-process (weak: the inbounds hold the dispatcher).
     pub local: std::sync::Weak<dyn fallback::LocalInbounds>,
+    /// VLESS Reverse portals (their outbounds are registered with their first tunnel).
+    pub portals: reverse::Portals,
 }
 
 /// Sniffs a stream session when its inbound asks (the future is boxed: most connections
@@ -218,7 +221,10 @@ impl Dispatcher {
     ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'a {
         async move {
             let user = match &accepted {
-                Accepted::Stream(s, _) | Accepted::Packets(s, _) | Accepted::Mux(s, _) => {
+                Accepted::Stream(s, _)
+                | Accepted::Packets(s, _)
+                | Accepted::Mux(s, _)
+                | Accepted::Reverse(s, _, _) => {
                     s.user.as_ref().filter(|u| !u.email.is_empty()).cloned()
                 }
                 _ => None,
@@ -302,6 +308,9 @@ impl Dispatcher {
                     ctx.sniffing.clone(),
                 )
                 .await
+            }
+            Accepted::Reverse(session, stream, tag) => {
+                self.serve_reverse(session, stream, &tag).await
             }
             Accepted::Fallback(stream, fb, closes) => {
                 self.fall_back(stream, &fb, closes, ctx).await

@@ -5,8 +5,9 @@
 //! which is XUDP when the session id is 0. A malformed frame ends the whole connection.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -15,7 +16,8 @@ use crate::common::Network;
 use crate::proxy::mux::frame::Meta;
 use crate::proxy::mux::link::{write_frames, FrameReader, Link};
 use crate::proxy::mux::packets::SERVER_MAX_DATAGRAM;
-use crate::session::{Session, Traffic};
+use crate::proxy::reverse::{is_internal, Control};
+use crate::session::{Endpoint, Session, Traffic};
 use crate::transport::BoxStream;
 
 /// A connection without sessions for this long closes (Xray checks every 60 s).
@@ -33,6 +35,68 @@ pub async fn serve(
     sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
 ) -> io::Result<()> {
     let (link, rx) = Link::new(None);
+    serve_on(d, conn, stream, inbound, sniffing, (link, rx), None).await
+}
+
+/// A bridge's side of one reverse tunnel (VLESS Reverse or legacy `reverse`): what its portal
+/// says in the control session, and how frames are read.
+#[derive(Default)]
+pub struct Tunnel {
+    /// New frames carry their origin (VLESS Reverse).
+    pub origin: bool,
+    /// Legacy: the tunnel closes after [`CONTROL_IDLE`] without a control message.
+    pub legacy: bool,
+    /// The portal's last control state (0: active).
+    pub state: AtomicU64,
+    last: std::sync::Mutex<Option<Instant>>,
+    /// The control session ended (a legacy tunnel no longer times out).
+    control_ended: AtomicBool,
+}
+
+/// A legacy bridge's tunnel without a control message for this long closes (as Xray's).
+pub const CONTROL_IDLE: Duration = Duration::from_secs(60);
+
+impl Tunnel {
+    pub fn new(origin: bool, legacy: bool) -> Tunnel {
+        Tunnel {
+            origin,
+            legacy,
+            last: std::sync::Mutex::new(Some(Instant::now())),
+            ..Tunnel::default()
+        }
+    }
+
+    fn touch(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    fn timed_out(&self) -> bool {
+        self.legacy
+            && !self.control_ended.load(Ordering::Relaxed)
+            && self
+                .last
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|t| t.elapsed() > CONTROL_IDLE)
+    }
+
+    /// Whether the portal still sends new sessions here.
+    pub fn active(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// [`serve`] on a link made by the caller (a bridge counts its sessions); `tunnel`: the stream
+/// is a reverse tunnel, this side the bridge.
+pub async fn serve_on(
+    d: Arc<Dispatcher>,
+    conn: Session,
+    stream: BoxStream,
+    inbound: Arc<Traffic>,
+    sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
+    (link, rx): (Arc<Link>, tokio::sync::mpsc::Receiver<Bytes>),
+    tunnel: Option<Arc<Tunnel>>,
+) -> io::Result<()> {
     let (r, w) = tokio::io::split(stream);
     let who = match &conn.user {
         Some(u) => format!(
@@ -48,6 +112,7 @@ pub async fn serve(
         link: link.clone(),
         inbound,
         sniffing,
+        tunnel,
     };
     // Reader and writer run in this one task: a stream's halves may share one waker slot per
     // direction (VMess drains its writes from reads), which two tasks would fight over.
@@ -78,6 +143,7 @@ struct Server {
     link: Arc<Link>,
     sniffing: Option<Arc<crate::app::sniff::Sniffing>>,
     inbound: Arc<Traffic>,
+    tunnel: Option<Arc<Tunnel>>,
 }
 
 impl Server {
@@ -85,9 +151,13 @@ impl Server {
     /// connection stayed without sessions for [`IDLE_CLOSE`]. Returns the sessions opened.
     async fn read(&self, r: tokio::io::ReadHalf<BoxStream>) -> io::Result<u32> {
         let mut reader = FrameReader::new(r, &[]);
+        if self.tunnel.as_ref().is_some_and(|t| t.origin) {
+            reader = reader.reverse();
+        }
         let mut stop = self.link.stopped();
         let mut tick = tokio::time::interval(IDLE_CLOSE);
         tick.tick().await;
+        let mut control = tokio::time::interval(Duration::from_secs(2));
         let mut seen = self.link.opened();
         loop {
             tokio::select! {
@@ -98,6 +168,14 @@ impl Server {
                     }
                 }
                 _ = stop.changed() => return Ok(self.link.opened()),
+                _ = control.tick(), if self.tunnel.is_some() => {
+                    if self.tunnel.as_ref().is_some_and(|t| t.timed_out()) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no control message from the portal for 60 s",
+                        ));
+                    }
+                }
                 _ = tick.tick() => {
                     let opened = self.link.opened();
                     if self.link.active() == 0 && opened == seen {
@@ -117,6 +195,29 @@ impl Server {
         let mut s = self.conn.clone();
         s.dest = dest.clone();
         s.network = network;
+        if let Some(t) = &self.tunnel {
+            if is_internal(&dest) {
+                self.control(t, network, meta, data).await;
+                return;
+            }
+            // The portal's source and local address, when it sent both (as Xray uses them).
+            if let Some(o) = &meta.origin {
+                let ep = |d: &crate::common::Destination| d.socket_addr().map(Endpoint::Ip);
+                if let (Some(src), Some(local)) =
+                    (ep(&o.source.1), o.local.as_ref().and_then(|l| ep(&l.1)))
+                {
+                    s.source = src;
+                    s.local = local;
+                }
+            }
+            tracing::debug!(
+                "[{}] reverse session {} from {} via the portal's {} to {dest}",
+                s.inbound_tag,
+                meta.id,
+                s.source,
+                s.local
+            );
+        }
         let (d, inbound, sniffing) = (self.d.clone(), self.inbound.clone(), self.sniffing.clone());
         match network {
             Network::Tcp if self.conn.network == Network::Udp => {
@@ -169,5 +270,54 @@ impl Server {
                 });
             }
         }
+    }
+
+    /// The portal's control session: each datagram is a `Control` message.
+    async fn control(&self, t: &Arc<Tunnel>, network: Network, meta: Meta, data: Bytes) {
+        if network != Network::Udp {
+            drop(self.link.add_stream(meta.id));
+            return;
+        }
+        let dest = match &meta.target {
+            Some((_, d)) => d.clone(),
+            None => return,
+        };
+        let Some(p) = self
+            .link
+            .add_packets(meta.id, dest.clone(), SERVER_MAX_DATAGRAM)
+        else {
+            return;
+        };
+        if meta.has_data() {
+            self.link
+                .deliver(&Meta::keep(meta.id, Some(dest)), data)
+                .await;
+        }
+        let (t, link, tag) = (t.clone(), self.link.clone(), self.conn.inbound_tag.clone());
+        tokio::spawn(async move {
+            use crate::transport::PacketConn;
+            let mut buf = [0u8; 512];
+            while let Ok((n, _)) = p.recv_from(&mut buf).await {
+                t.touch();
+                match Control::decode(&buf[..n]) {
+                    Ok(c) => {
+                        if c.state != t.state.swap(c.state, Ordering::Relaxed) {
+                            tracing::debug!(
+                                "[{tag}] reverse tunnel: the portal says state {}",
+                                c.state
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::info!("[{tag}] reverse tunnel: bad control message: {e}");
+                        if t.legacy {
+                            link.shutdown();
+                        }
+                        return;
+                    }
+                }
+            }
+            t.control_ended.store(true, Ordering::Relaxed);
+        });
     }
 }

@@ -50,6 +50,8 @@ pub struct Instance {
     listeners: Vec<JoinHandle<()>>,
     /// The observatory's probing task (a reload replaces it).
     observatory: Option<JoinHandle<()>>,
+    /// The reverse bridges' tasks (a reload restarts them).
+    bridges: Vec<JoinHandle<()>>,
 }
 
 impl std::ops::Deref for Instance {
@@ -92,6 +94,7 @@ impl Instance {
                 let weak: std::sync::Weak<RunningInbounds> = Arc::downgrade(&inbounds);
                 weak
             },
+            portals: Default::default(),
         });
         // Routed DNS servers are dialed through the dispatcher (a weak handle: the dispatcher
         // owns the resolver through its router).
@@ -112,12 +115,14 @@ impl Instance {
             core,
             listeners: Vec::new(),
             observatory: None,
+            bridges: Vec::new(),
         };
         inst.observatory = cfg
             .router
             .observatory
             .as_ref()
             .map(|obs| tokio::spawn(obs.clone().run(cfg.registry.clone())));
+        inst.start_bridges(&cfg);
         for ib in cfg.inbounds {
             inst.add_inbound(ib).await?;
         }
@@ -139,6 +144,27 @@ impl Instance {
         Ok(inst)
     }
 
+    /// Starts the config's reverse bridges (the legacy object's and VLESS outbounds' with
+    /// `reverse`), stopping those running.
+    fn start_bridges(&mut self, cfg: &Config) {
+        for b in self.bridges.drain(..) {
+            b.abort();
+        }
+        let bridges = cfg
+            .bridges
+            .iter()
+            .chain(cfg.outbounds.iter().filter_map(|o| o.bridge.as_ref()));
+        for b in bridges {
+            let traffic = Arc::new(cfg.counters.inbound(&b.tag));
+            let d = self.core.dispatcher.clone();
+            let b = b.clone();
+            self.bridges
+                .push(tokio::spawn(crate::app::dispatcher::reverse::run_bridge(
+                    d, b, traffic,
+                )));
+        }
+    }
+
     /// The shared core (what the API holds).
     pub fn core(&self) -> &Arc<Core> {
         &self.core
@@ -152,7 +178,12 @@ impl Instance {
     /// Stops accepting new connections and waits up to `grace` for live ones. Returns how many
     /// were still live when the grace period ended.
     pub async fn stop(self, grace: Duration) -> usize {
-        for l in self.listeners.iter().chain(&self.observatory) {
+        for l in self
+            .listeners
+            .iter()
+            .chain(&self.observatory)
+            .chain(&self.bridges)
+        {
             l.abort();
         }
         self.core.inbounds.store(Vec::new());

@@ -44,6 +44,7 @@ impl Instance {
     pub async fn reload(&mut self, mut cfg: Config) -> Reloaded {
         let core = self.core.clone();
         let inbounds = std::mem::take(&mut cfg.inbounds);
+        self.start_bridges(&cfg);
         self.reload_services(cfg);
         core.reload_inbounds(inbounds).await
     }
@@ -77,6 +78,7 @@ impl Instance {
             .collect();
         core.dispatcher.outbounds.store(OutboundTable::new(entries));
         core.dispatcher.policy.store(cfg.policy.clone());
+        core.dispatcher.register_portals();
         core.counters.store(counters);
         if let Some(dns) = &cfg.router.dns {
             let route: Arc<dyn crate::app::dns::Route> = core.dispatcher.clone();

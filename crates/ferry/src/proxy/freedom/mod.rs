@@ -18,7 +18,7 @@ mod rules;
 
 use crate::transport::tcp::{self, SockOpts};
 use crate::transport::{BoxStream, Dialer, SocketDialer};
-pub use rules::{describe, guarded, is_private, Blocked, FinalRule, Guard};
+pub use rules::{describe, guarded, is_private, Blocked, DefaultRule, FinalRule, Guard};
 
 /// freedom's entry in the protocol table.
 pub const PROTOCOL: crate::proxy::protocol::Protocol = crate::proxy::protocol::Protocol {
@@ -217,7 +217,7 @@ impl Freedom {
 }
 
 impl Freedom {
-    fn guard(&self, default_rule: bool) -> Guard<'_> {
+    fn guard(&self, default_rule: DefaultRule) -> Guard<'_> {
         Guard {
             rules: &self.final_rules,
             default_rule,
@@ -226,7 +226,11 @@ impl Freedom {
 
     /// Resolves the destination (after `redirect`) and dials the first address the rules let
     /// through; when they let none through, the refusal of the first.
-    async fn dial_guarded(&self, dest: &Destination, default_rule: bool) -> io::Result<BoxStream> {
+    async fn dial_guarded(
+        &self,
+        dest: &Destination,
+        default_rule: DefaultRule,
+    ) -> io::Result<BoxStream> {
         let dest = self.target(dest);
         let guard = self.guard(default_rule);
         let mut refused = None;
@@ -246,7 +250,7 @@ impl Freedom {
             .unwrap_or_else(|| io::ErrorKind::NotFound.into()))
     }
 
-    async fn open_udp(&self, default_rule: bool) -> io::Result<Box<dyn PacketConn>> {
+    async fn open_udp(&self, default_rule: DefaultRule) -> io::Result<Box<dyn PacketConn>> {
         Ok(Box::new(FreedomUdp {
             sock: {
                 let s = bind_dual_stack(self.sockopt.bind).await?;
@@ -265,11 +269,11 @@ impl Freedom {
 impl OutboundHandler for Freedom {
     /// Dialed for no routed session (a chain's hop, the DNS module): the user's rules only.
     async fn dial_tcp(&self, dest: &Destination) -> io::Result<BoxStream> {
-        self.dial_guarded(dest, false).await
+        self.dial_guarded(dest, DefaultRule::Open).await
     }
 
     async fn dial_udp(&self, _dest: &Destination) -> io::Result<Box<dyn PacketConn>> {
-        self.open_udp(false).await
+        self.open_udp(DefaultRule::Open).await
     }
 
     async fn dial_tcp_for(&self, session: &Session) -> io::Result<BoxStream> {
@@ -309,7 +313,7 @@ struct FreedomUdp {
     sock: UdpSocket,
     freedom: Freedom,
     /// The session came in through a proxy protocol: the default rule applies.
-    default_rule: bool,
+    default_rule: DefaultRule,
     /// Domain destinations already resolved in this session (bounded; cleared when full).
     resolved: std::sync::Mutex<HashMap<Destination, SocketAddr>>,
 }

@@ -53,8 +53,26 @@ const PRIVATE: &[&str] = &[
 
 /// Whether sessions of an inbound speaking `protocol` fall under the default rule (the
 /// protocols the table marks `guarded`: Xray's list, ShadowsocksR with Shadowsocks).
-pub fn guarded(protocol: &str) -> bool {
-    crate::proxy::table::guarded(protocol)
+pub fn guarded(protocol: &str) -> DefaultRule {
+    if protocol == crate::proxy::reverse::BRIDGE_PROTOCOL {
+        DefaultRule::All
+    } else if crate::proxy::table::guarded(protocol) {
+        DefaultRule::Private
+    } else {
+        DefaultRule::Open
+    }
+}
+
+/// What freedom refuses when no `finalRules` entry matches (Xray v26.5.3's default rule per
+/// inbound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefaultRule {
+    /// Nothing (SOCKS, HTTP, dokodemo-door, TUN, a chain's hop).
+    Open,
+    /// The private ranges and this server's own listeners (proxy users' inbounds).
+    Private,
+    /// Everything (the bridge side of VLESS Reverse: only what a `finalRules` allow opens).
+    All,
 }
 
 fn in_cidr(ip: IpAddr, (net, bits): (IpAddr, u8)) -> bool {
@@ -203,7 +221,7 @@ impl Blocked {
 #[derive(Clone, Copy)]
 pub struct Guard<'a> {
     pub rules: &'a [FinalRule],
-    pub default_rule: bool,
+    pub default_rule: DefaultRule,
 }
 
 impl Guard<'_> {
@@ -217,7 +235,7 @@ impl Guard<'_> {
                 why,
             })
         };
-        if self.default_rule
+        if self.default_rule != DefaultRule::Open
             && !matched.is_some_and(|r| r.allow && r.targeted())
             && own::is_own(network, addr)
         {
@@ -226,7 +244,11 @@ impl Guard<'_> {
         match matched {
             Some(r) if r.allow => Ok(()),
             Some(r) => block(r.block_delay, "finalRules"),
-            None if self.default_rule && is_private(addr.ip()) => {
+            None if self.default_rule == DefaultRule::All => block(
+                None,
+                "a session through a VLESS Reverse bridge; a finalRules allow opens it",
+            ),
+            None if self.default_rule == DefaultRule::Private && is_private(addr.ip()) => {
                 block(None, "a private address; a finalRules allow opens it")
             }
             None => Ok(()),
@@ -274,11 +296,11 @@ mod tests {
     fn the_default_rule_blocks_private_destinations_of_proxy_users_only() {
         let proxy = Guard {
             rules: &[],
-            default_rule: true,
+            default_rule: DefaultRule::Private,
         };
         let socks = Guard {
             rules: &[],
-            default_rule: false,
+            default_rule: DefaultRule::Open,
         };
         for d in [
             "127.0.0.1:80",
@@ -302,8 +324,23 @@ mod tests {
         for d in ["1.1.1.1:443", "[2606:4700::1111]:443", "100.128.0.1:80"] {
             assert!(proxy.check(Network::Tcp, a(d)).is_ok(), "{d}");
         }
-        assert!(guarded("vless") && guarded("shadowsocks") && guarded("shadowsocksr"));
-        assert!(!guarded("socks") && !guarded("http") && !guarded("dokodemo-door"));
+        for p in ["vless", "shadowsocks", "shadowsocksr"] {
+            assert_eq!(guarded(p), DefaultRule::Private);
+        }
+        for p in ["socks", "http", "dokodemo-door"] {
+            assert_eq!(guarded(p), DefaultRule::Open);
+        }
+        assert_eq!(guarded("vless-reverse"), DefaultRule::All);
+        let all = Guard {
+            rules: &[rule(r#"{"action": "allow", "ip": ["127.0.0.1"]}"#)],
+            default_rule: DefaultRule::All,
+        };
+        assert!(all
+            .check(Network::Tcp, "1.1.1.1:443".parse().unwrap())
+            .is_err());
+        assert!(all
+            .check(Network::Tcp, "127.0.0.1:80".parse().unwrap())
+            .is_ok());
     }
 
     #[test]
@@ -314,7 +351,7 @@ mod tests {
         ];
         let g = Guard {
             rules: &rules,
-            default_rule: true,
+            default_rule: DefaultRule::Private,
         };
         assert!(g.check(Network::Tcp, a("127.0.0.1:80")).is_ok());
         // Past the allow's ports the default rule blocks, with the default delay.
@@ -336,7 +373,7 @@ mod tests {
         let open = [rule(r#"{"action":"allow"}"#)];
         let g = Guard {
             rules: &open,
-            default_rule: true,
+            default_rule: DefaultRule::Private,
         };
         // An allow for everything lets private addresses through, not this process's sockets.
         assert!(g.check(Network::Tcp, a("127.0.0.1:1")).is_ok());
@@ -344,13 +381,13 @@ mod tests {
         let targeted = [rule(r#"{"action":"allow","ip":["127.0.0.0/8"]}"#)];
         let g = Guard {
             rules: &targeted,
-            default_rule: true,
+            default_rule: DefaultRule::Private,
         };
         assert!(g.check(Network::Tcp, at).is_ok());
         // Sessions from SOCKS and the like are not held to it.
         let g = Guard {
             rules: &[],
-            default_rule: false,
+            default_rule: DefaultRule::Open,
         };
         assert!(g.check(Network::Tcp, at).is_ok());
     }

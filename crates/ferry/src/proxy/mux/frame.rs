@@ -6,6 +6,7 @@
 //! Frame = MetaLen(BE16) || Meta || [ DataLen(BE16) || Data ]      (data iff Opt & 0x01)
 //! Meta  = SessionID(BE16) || Status(1) || Opt(1) || [status-specific]
 //! New   : Network(1) || Port(BE16) || ATYP || Address [ || GlobalID(8) ]
+//!         reverse mux (VLESS Reverse): [ || Net(1) Port ATYP Addr (source) [ || the same (local) ] ]
 //! Keep  : [ 0x02 || Port(BE16) || ATYP || Address ]   (UDP packet address, XUDP)
 //! ```
 
@@ -72,6 +73,17 @@ pub struct Meta {
     pub target: Option<(Network, Destination)>,
     /// New UDP session with data: XUDP's GlobalID when the client sent one (may be all zero).
     pub global_id: Option<[u8; 8]>,
+    /// New, in a reverse mux (VLESS Reverse, portal to bridge): where the session came from at
+    /// the portal (written instead of a GlobalID).
+    pub origin: Option<Box<Origin>>,
+}
+
+/// The portal-side source and local address of a session opened through VLESS Reverse (Xray
+/// v25.10.15 on): each with its network.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub source: (Network, Destination),
+    pub local: Option<(Network, Destination)>,
 }
 
 impl Meta {
@@ -83,6 +95,7 @@ impl Meta {
             opt: 0,
             target: Some((network, target)),
             global_id: None,
+            origin: None,
         }
     }
 
@@ -94,6 +107,7 @@ impl Meta {
             opt: 0,
             target: udp.map(|d| (Network::Udp, d)),
             global_id: None,
+            origin: None,
         }
     }
 
@@ -105,6 +119,7 @@ impl Meta {
             opt: if error { OPT_ERROR } else { 0 },
             target: None,
             global_id: None,
+            origin: None,
         }
     }
 
@@ -127,6 +142,12 @@ pub struct Frame {
 /// metadata being 0x02), the GlobalID of a New UDP frame with data; other trailing metadata is
 /// ignored.
 pub fn decode(buf: &[u8]) -> Result<Option<Frame>, Error> {
+    decode_in(buf, false)
+}
+
+/// [`decode`]; `reverse`: the frames of a reverse mux (a bridge reading its portal), whose New
+/// frames may carry the session's [`Origin`] where others carry a GlobalID.
+pub fn decode_in(buf: &[u8], reverse: bool) -> Result<Option<Frame>, Error> {
     let Some(len) = buf.get(..2) else {
         return Ok(None);
     };
@@ -140,7 +161,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<Frame>, Error> {
     let Some(m) = buf.get(2..2 + meta_len) else {
         return Ok(None);
     };
-    let meta = decode_meta(m)?;
+    let meta = decode_meta_in(m, reverse)?;
     let mut end = 2 + meta_len;
     let mut data = end..end;
     if meta.has_data() {
@@ -164,6 +185,10 @@ pub fn decode(buf: &[u8]) -> Result<Option<Frame>, Error> {
 
 /// Decodes the metadata (without its length prefix).
 pub fn decode_meta(m: &[u8]) -> Result<Meta, Error> {
+    decode_meta_in(m, false)
+}
+
+fn decode_meta_in(m: &[u8], reverse: bool) -> Result<Meta, Error> {
     if m.len() < 4 {
         return Err(Error::MetaTooShort(m.len()));
     }
@@ -182,6 +207,7 @@ pub fn decode_meta(m: &[u8]) -> Result<Meta, Error> {
         opt,
         target: None,
         global_id: None,
+        origin: None,
     };
     let addressed = status == Status::New || (status == Status::Keep && m.get(4) == Some(&NET_UDP));
     if !addressed {
@@ -198,6 +224,10 @@ pub fn decode_meta(m: &[u8]) -> Result<Meta, Error> {
     let (dest, n) = v2ray::decode(&m[5..])?.ok_or(Error::AddrTruncated)?;
     meta.target = Some((network, dest));
     let rest = &m[5 + n..];
+    if status == Status::New && reverse {
+        meta.origin = decode_origin(rest)?;
+        return Ok(meta);
+    }
     if status == Status::New && network == Network::Udp && meta.has_data() {
         if let Some(g) = rest.get(..8) {
             let mut id = [0u8; 8];
@@ -206,6 +236,38 @@ pub fn decode_meta(m: &[u8]) -> Result<Meta, Error> {
         }
     }
     Ok(meta)
+}
+
+/// One `Net || Port || ATYP || Addr` of an origin; `None` when absent (no bytes, or a zero
+/// network byte: padding, as Xray reads it).
+/// A network and address, as an origin's endpoints are written.
+type Endpoint = (Network, Destination);
+
+fn decode_endpoint(m: &[u8]) -> Result<Option<(Endpoint, usize)>, Error> {
+    let network = match m.first() {
+        None | Some(0) => return Ok(None),
+        Some(&NET_TCP) => Network::Tcp,
+        Some(&NET_UDP) => Network::Udp,
+        Some(&n) => return Err(Error::Network(n)),
+    };
+    let (dest, n) = v2ray::decode(&m[1..])?.ok_or(Error::AddrTruncated)?;
+    Ok(Some(((network, dest), 1 + n)))
+}
+
+fn decode_origin(rest: &[u8]) -> Result<Option<Box<Origin>>, Error> {
+    let Some((source, n)) = decode_endpoint(rest)? else {
+        return Ok(None);
+    };
+    let local = decode_endpoint(&rest[n..])?.map(|(l, _)| l);
+    Ok(Some(Box::new(Origin { source, local })))
+}
+
+fn encode_endpoint((net, dest): &(Network, Destination), w: &mut impl BufMut) {
+    w.put_u8(match net {
+        Network::Tcp => NET_TCP,
+        Network::Udp => NET_UDP,
+    });
+    v2ray::encode(dest, w);
 }
 
 /// Appends a frame: the metadata as Xray writes it (New: network, target, GlobalID when
@@ -228,7 +290,12 @@ pub fn encode(meta: &Meta, data: Option<&[u8]>, out: &mut impl BufMut) {
                 Network::Udp => NET_UDP,
             });
             v2ray::encode(dest, &mut w);
-            if let Some(g) = &meta.global_id {
+            if let Some(o) = &meta.origin {
+                encode_endpoint(&o.source, &mut w);
+                if let Some(l) = &o.local {
+                    encode_endpoint(l, &mut w);
+                }
+            } else if let Some(g) = &meta.global_id {
                 w.put_slice(g);
             }
         }
@@ -250,7 +317,16 @@ pub fn encode(meta: &Meta, data: Option<&[u8]>, out: &mut impl BufMut) {
 /// The encoded length of a frame with this metadata and `data_len` bytes of data.
 pub fn encoded_len(meta: &Meta, data_len: Option<usize>) -> usize {
     let addr = match (meta.status, &meta.target) {
-        (Status::New, Some((_, d))) => 1 + v2ray::encoded_len(d) + meta.global_id.map_or(0, |_| 8),
+        (Status::New, Some((_, d))) => {
+            let ext = match &meta.origin {
+                Some(o) => {
+                    1 + v2ray::encoded_len(&o.source.1)
+                        + o.local.as_ref().map_or(0, |l| 1 + v2ray::encoded_len(&l.1))
+                }
+                None => meta.global_id.map_or(0, |_| 8),
+            };
+            1 + v2ray::encoded_len(d) + ext
+        }
         (Status::Keep, Some((_, d))) => 1 + v2ray::encoded_len(d),
         _ => 0,
     };
@@ -424,5 +500,52 @@ mod tests {
                 Destination::new(Address::Domain("a".into()), 53)
             ))
         );
+    }
+
+    #[test]
+    fn reverse_mux_new_frames_carry_their_origin_as_xray_writes_it() {
+        let mut meta = Meta::new_session(1, Network::Tcp, d("example.com:80"));
+        meta.origin = Some(Box::new(Origin {
+            source: (Network::Tcp, d("1.2.3.4:5678")),
+            local: Some((Network::Tcp, d("5.6.7.8:8080"))),
+        }));
+        let mut b = Vec::new();
+        encode(&meta, None, &mut b);
+        let want = hex("0024 0001 01 00 01 0050 02 0b 6578616d706c652e636f6d \
+            01 162e 01 01020304 01 1f90 01 05060708");
+        assert_eq!(b, want);
+        assert_eq!(encoded_len(&meta, None), b.len());
+        // A bridge reads it back; a plain server ignores the trailing bytes.
+        let f = decode_in(&b, true).unwrap().unwrap();
+        assert_eq!(f.meta, meta);
+        let plain = decode(&b).unwrap().unwrap();
+        assert_eq!(plain.meta.origin, None);
+        // Source only; a zero network byte is padding; nothing at all is no origin.
+        let mut only = meta.clone();
+        only.origin.as_mut().unwrap().local = None;
+        let mut b = Vec::new();
+        encode(&only, Some(b"x"), &mut b);
+        assert_eq!(decode_in(&b, true).unwrap().unwrap().meta, {
+            let mut m = only.clone();
+            m.opt = OPT_DATA;
+            m
+        });
+        let mut pad = Vec::new();
+        encode(
+            &Meta::new_session(2, Network::Udp, d("reverse:0")),
+            None,
+            &mut pad,
+        );
+        let f = decode_in(&pad, true).unwrap().unwrap();
+        assert_eq!(f.meta.origin, None);
+        // A bad network byte in the origin ends the connection, as Xray's reader fails.
+        let mut bad = hex("000c 0003 01 00 01 0050 01 01020304 07");
+        bad[1] = (bad.len() - 2) as u8;
+        assert_eq!(decode_in(&bad, true), Err(Error::Network(7)));
+        assert!(decode(&bad).is_ok());
+        // A truncated origin address is refused, not read past.
+        let mut cut = hex("0000 0003 01 00 01 0050 01 01020304 01 0050 01 0102");
+        cut[1] = (cut.len() - 2) as u8;
+        assert_eq!(decode_in(&cut, true), Err(Error::AddrTruncated));
     }
 }

@@ -237,20 +237,32 @@ impl Link {
 pub struct FrameReader<R> {
     r: R,
     buf: BytesMut,
+    reverse: bool,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(r: R, first: &[u8]) -> Self {
         let mut buf = BytesMut::with_capacity(16 * 1024);
         buf.extend_from_slice(first);
-        FrameReader { r, buf }
+        FrameReader {
+            r,
+            buf,
+            reverse: false,
+        }
+    }
+
+    /// Reads the frames of a reverse mux (a VLESS Reverse bridge reading its portal's New
+    /// frames with their origin).
+    pub fn reverse(mut self) -> Self {
+        self.reverse = true;
+        self
     }
 
     /// The next frame and its data; `None` at a clean end (between frames). A malformed frame
     /// is an `InvalidData` error. Cancel-safe.
     pub async fn next(&mut self) -> io::Result<Option<(Meta, Bytes)>> {
         loop {
-            match frame::decode(&self.buf) {
+            match frame::decode_in(&self.buf, self.reverse) {
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
                 Ok(Some(f)) => {
                     let whole = self.buf.split_to(f.len).freeze();

@@ -34,6 +34,8 @@ pub struct MuxPackets {
     client: bool,
     max_send: usize,
     ended: AtomicBool,
+    /// Client, reverse mux: the origin its New frame carries.
+    origin: Option<Box<super::frame::Origin>>,
 }
 
 impl MuxPackets {
@@ -56,6 +58,7 @@ impl MuxPackets {
             client,
             max_send,
             ended: AtomicBool::new(false),
+            origin: None,
         }
     }
 }
@@ -82,7 +85,9 @@ impl PacketConn for MuxPackets {
         let meta = {
             let mut opening = self.opening.lock().unwrap_or_else(|e| e.into_inner());
             if std::mem::take(&mut *opening) {
-                Meta::new_session(self.id, Network::Udp, dest.clone())
+                let mut m = Meta::new_session(self.id, Network::Udp, dest.clone());
+                m.origin = self.origin.clone();
+                m
             } else {
                 Meta::keep(self.id, Some(dest.clone()))
             }
@@ -174,6 +179,19 @@ impl Link {
             true,
             max_send,
         ))
+    }
+
+    /// [`Link::open_packets`] with the session's origin in its New frame (a VLESS Reverse
+    /// portal).
+    pub fn open_packets_from(
+        self: &Arc<Self>,
+        dest: &Destination,
+        max_send: usize,
+        origin: Option<Box<super::frame::Origin>>,
+    ) -> Option<MuxPackets> {
+        let mut p = self.open_packets(dest, 0, max_send)?;
+        p.origin = origin;
+        Some(p)
     }
 
     /// Client (XUDP): registers packet session 0 to `dest`, the only one of its connection.

@@ -150,9 +150,21 @@ impl Link {
         dest: &Destination,
         max_active: usize,
     ) -> Option<MuxStream> {
+        self.open_stream_from(dest, max_active, None)
+    }
+
+    /// [`Link::open_stream`] with the session's origin in its New frame (a VLESS Reverse
+    /// portal).
+    pub fn open_stream_from(
+        self: &Arc<Self>,
+        dest: &Destination,
+        max_active: usize,
+        origin: Option<Box<super::frame::Origin>>,
+    ) -> Option<MuxStream> {
         let (tx, rx) = mpsc::channel(STREAM_INBOX);
         let (id, gen) = self.allocate(max_active, Inbox::Stream(tx))?;
-        let opening = Meta::new_session(id, Network::Tcp, dest.clone());
+        let mut opening = Meta::new_session(id, Network::Tcp, dest.clone());
+        opening.origin = origin;
         Some(MuxStream::new(self.clone(), id, gen, rx, Some(opening)))
     }
 }

@@ -33,6 +33,9 @@ fn account(u: &pb::User, acc: &pb::TypedMessage) -> Result<Value, Error> {
     if !flow.is_empty() {
         o.insert("flow".into(), json!(flow));
     }
+    if let Some(r) = &a.reverse {
+        o.insert("reverse".into(), json!({"tag": r.tag}));
+    }
     Ok(api::client(o, u))
 }
 
@@ -41,6 +44,10 @@ fn user(c: &Value, _method: Option<&str>) -> pb::User {
         id: api::text(c, "id"),
         flow: api::text(c, "flow"),
         encryption: "none".into(),
+        reverse: c
+            .pointer("/reverse/tag")
+            .and_then(Value::as_str)
+            .map(|t| pb::VlessReverse { tag: t.into() }),
     };
     api::user(c, Some(pb::TypedMessage::of(ACCOUNT, &a)))
 }

@@ -21,6 +21,7 @@ use crate::proxy::fallback::{divert, first_read, Fallbacks};
 use crate::proxy::head::HeadReader;
 use crate::proxy::headed::ServerStream;
 use crate::proxy::mux::mux_cool;
+use crate::proxy::reverse::rvs_cool;
 use crate::proxy::{Accepted, InboundCtx, InboundHandler, UserManager, UserTable};
 use crate::registry::{CounterSource, Users};
 use crate::transport::{vlessenc, BoxStream};
@@ -136,6 +137,22 @@ impl InboundHandler for Inbound {
             ctx.reject("vless", "unknown_user", &format_args!("unknown user {id}"));
             return Ok(Accepted::Done);
         };
+        if acct.reverse.is_some() != (req.cmd == CMD_RVS) {
+            let id = crate::common::uuid::format(&acct.uuid);
+            let why = match acct.reverse {
+                Some(_) => {
+                    format!("for safety reasons, user {id} is not allowed to use forward proxy")
+                }
+                None => format!("reverse: user {id} is not allowed to create reverse proxy"),
+            };
+            tracing::warn!(
+                "[{}] vless from {} ({}): {why}",
+                ctx.tag,
+                ctx.info.source,
+                acct.user.email
+            );
+            return Ok(Accepted::Done);
+        }
         let vision = match check_flow(&req, acct, &mut r) {
             Ok(v) => v,
             Err(why) => {
@@ -155,6 +172,14 @@ impl InboundHandler for Inbound {
                 let pre = r.buf.to_vec();
                 let s = VisionStream::server(r.stream, pre, req.uuid, acct.seeds);
                 return Ok(Accepted::Stream(session, Box::new(s)));
+            }
+            (true, CMD_RVS, _) => {
+                let mut session = ctx.session(rvs_cool(), Network::Tcp, "vless");
+                session.user = Some(acct.user.clone());
+                let pre = r.buf.to_vec();
+                let s = VisionStream::server(r.stream, pre, req.uuid, acct.seeds);
+                let tag = acct.reverse.clone().unwrap_or_default();
+                return Ok(Accepted::Reverse(session, Box::new(s), tag));
             }
             (true, CMD_MUX, _) => {
                 // Under Vision, Mux carries UDP only (XUDP), as Xray allows it.
@@ -179,13 +204,11 @@ impl InboundHandler for Inbound {
                 return Ok(Accepted::Mux(session, Box::new(stream)));
             }
             (CMD_RVS, _) => {
-                tracing::warn!(
-                    "[{}] vless from {} ({}): reverse proxy (command 4) is not supported yet",
-                    ctx.tag,
-                    ctx.info.source,
-                    acct.user.email
-                );
-                return Ok(Accepted::Done);
+                let mut session = ctx.session(rvs_cool(), Network::Tcp, "vless");
+                session.user = Some(acct.user.clone());
+                let stream = ServerStream::new(r.into_stream(), codec::RESPONSE.to_vec());
+                let tag = acct.reverse.clone().unwrap_or_default();
+                return Ok(Accepted::Reverse(session, Box::new(stream), tag));
             }
             _ => return Ok(Accepted::Done),
         };

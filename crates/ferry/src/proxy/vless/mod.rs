@@ -58,6 +58,9 @@ pub struct Account {
     pub flow: Flow,
     /// Vision's padding seeds (`testseed`).
     pub seeds: [u32; 4],
+    /// VLESS Reverse: the tag of the reverse outbound this user's tunnels serve (such a user
+    /// may not proxy forward).
+    pub reverse: Option<Arc<str>>,
 }
 
 impl crate::registry::UserEntry for Account {
@@ -176,13 +179,34 @@ pub fn parse_client(
     let seeds = parse_seeds(c)?.unwrap_or(defaults.seeds);
     let email = c.str("email")?.unwrap_or_default();
     let level = c.u64("level")?.unwrap_or(0) as u32;
-    c.ignore(&["encryption", "reverse"]);
+    c.ignore(&["encryption"]);
+    let reverse = match c.obj("reverse")? {
+        Some(r) => {
+            let tag = r.str("tag")?.unwrap_or_default();
+            if tag.is_empty() {
+                return Err(ConfigError::new(
+                    r.key_path("tag"),
+                    "VLESS clients: \"tag\" can't be empty for \"reverse\"",
+                ));
+            }
+            if r.has("sniffing") {
+                return Err(ConfigError::new(
+                    r.key_path("sniffing"),
+                    "VLESS clients: inbound's \"reverse\" can't have \"sniffing\"",
+                ));
+            }
+            r.finish();
+            Some(tag.into())
+        }
+        None => None,
+    };
     Ok(Account {
         uuid,
         key: codec::lookup_key(&uuid),
         user: counters.user(&email, level),
         flow,
         seeds,
+        reverse,
     })
 }
 
@@ -263,7 +287,7 @@ pub fn parse_server(o: &Obj<'_>, tls: bool) -> Result<Server> {
         let flow = parse_flow(o, true)?.unwrap_or_default();
         let encryption = parse_encryption(o)?;
         check_vision_stream(o, flow, tls || encryption.is_some())?;
-        o.ignore(&["level", "email"]);
+        o.ignore(&["level", "email", "reverse"]);
         return Ok(Server {
             dest: Destination::new(Address::parse(&addr), port),
             uuid: parse_uuid(o)?,
@@ -292,6 +316,12 @@ pub fn parse_server(o: &Obj<'_>, tls: bool) -> Result<Server> {
     check_vision_stream(u, flow, tls || encryption.is_some())?;
     let seeds = parse_seeds(u)?.unwrap_or(vision::DEFAULT_SEEDS);
     u.ignore(&["level", "email"]);
+    if u.has("reverse") {
+        return Err(ConfigError::new(
+            u.key_path("reverse"),
+            "VLESS users: please use simplified outbound's config style to use \"reverse\"",
+        ));
+    }
     let uuid = parse_uuid(u)?;
     for u in users {
         u.finish();
@@ -312,12 +342,26 @@ pub fn parse_server(o: &Obj<'_>, tls: bool) -> Result<Server> {
 pub fn build_outbound(o: &Obj<'_>, b: &OutboundBuild<'_>) -> Result<Arc<dyn OutboundHandler>> {
     let tls = !matches!(b.stream.security, crate::transport::chain::Security::None);
     let server = parse_server(o, tls)?;
-    Ok(Arc::new(outbound::Outbound {
+    let out = Arc::new(outbound::Outbound {
         server,
         splice_ok: bare_socket(b.stream),
         dialer: b.dialer.clone(),
         cone: crate::proxy::mux::cone(),
-    }))
+    });
+    if let Some(r) = o.obj("reverse")? {
+        let (tag, sniffing) = crate::proxy::reverse::parse_outbound_reverse(&r)?;
+        r.finish();
+        let email = o.str("email")?.unwrap_or_default();
+        let _ = b.bridge.set(crate::proxy::reverse::Bridge {
+            tag,
+            via: crate::proxy::reverse::Via::Vless {
+                dialer: out.clone(),
+                email: email.into(),
+                sniffing,
+            },
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use super::{Flow, Server};
 use crate::common::Destination;
 use crate::proxy::headed::ClientStream;
 use crate::proxy::mux;
+use crate::proxy::reverse;
 use crate::proxy::{OutboundHandler, PacketConn};
 use crate::transport::{BoxStream, Dialer};
 
@@ -92,7 +93,22 @@ impl OutboundHandler for Outbound {
         if mux::is_mux_cool(dest) {
             return self.open(codec::CMD_MUX, None).await;
         }
+        if reverse::is_rvs_cool(dest) {
+            // A VLESS Reverse bridge's tunnel (command 4, no address).
+            return self.open(codec::CMD_RVS, None).await;
+        }
         self.open(codec::CMD_TCP, Some(dest)).await
+    }
+
+    async fn dial_tcp_for(&self, session: &crate::session::Session) -> io::Result<BoxStream> {
+        if reverse::is_rvs_cool(&session.dest) {
+            // Only the bridge opens tunnels; a routed request for one is refused (as Xray).
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "nice try baby",
+            ));
+        }
+        self.dial_tcp(&session.dest).await
     }
 
     async fn dial_udp(&self, dest: &Destination) -> io::Result<Box<dyn PacketConn>> {

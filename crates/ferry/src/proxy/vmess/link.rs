@@ -394,6 +394,7 @@ mod tests {
             sockopt: Default::default(),
             stream: &Default::default(),
             dns: std::sync::Arc::new(crate::app::dns::Dns::system()),
+            bridge: &Default::default(),
             dialer: std::sync::Arc::new(crate::transport::SocketDialer {
                 opts: Default::default(),
             }),
