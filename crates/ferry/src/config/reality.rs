@@ -39,14 +39,22 @@ fn version(o: &Obj<'_>, key: &str) -> Result<Option<[u8; 3]>> {
     let Some(v) = o.str(key)?.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    let parts: Vec<Option<u8>> = v.split('.').map(|p| p.parse().ok()).collect();
-    match parts.as_slice() {
-        [Some(a), Some(b), Some(c)] => Ok(Some([*a, *b, *c])),
-        _ => Err(ConfigError::new(
+    // As Xray: up to three dot-separated parts of 0-255, missing parts 0 ("26.3" = 26.3.0).
+    let mut out = [0u8; 3];
+    let bad = || {
+        ConfigError::new(
             o.key_path(key),
-            format!("{v:?} is not a version x.y.z (each at most 255)"),
-        )),
+            format!("{v:?} is not a version x.y.z (at most three parts, each at most 255)"),
+        )
+    };
+    for (i, p) in v.split('.').enumerate() {
+        let slot = out.get_mut(i).ok_or_else(bad)?;
+        if p.starts_with('+') {
+            return Err(bad());
+        }
+        *slot = p.parse().map_err(|_| bad())?;
     }
+    Ok(Some(out))
 }
 
 fn limit(o: &Obj<'_>, key: &str) -> Result<RateLimit> {
@@ -239,6 +247,23 @@ fn client(r: &Obj<'_>) -> Result<RealityLayer> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_versions_read_as_xray_reads_them() {
+        let d = crate::config::Diagnostics::default();
+        let read = |v: &str| {
+            let j = serde_json::json!({ "minClientVer": v });
+            let o = Obj::new(&j, "r", &d).unwrap();
+            version(&o, "minClientVer").map_err(|e| e.path)
+        };
+        assert_eq!(read("26.3.27"), Ok(Some([26, 3, 27])));
+        assert_eq!(read("26.3"), Ok(Some([26, 3, 0])));
+        assert_eq!(read("25"), Ok(Some([25, 0, 0])));
+        assert_eq!(read(""), Ok(None));
+        for bad in ["26.3.27.1", "256.0.0", "26.x", "26.", "+1.0.0"] {
+            assert_eq!(read(bad), Err("r.minClientVer".to_string()), "{bad}");
+        }
+    }
 
     #[test]
     fn short_ids_and_keys_read_as_xray_reads_them() {

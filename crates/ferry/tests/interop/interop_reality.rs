@@ -328,11 +328,20 @@ fn singbox_outbound(proto: Proto, server: u16, auth: Auth) -> String {
 
 /// A REALITY server of `imp` on `port` with `target` behind it.
 fn server(imp: Imp, proto: Proto, port: u16, target: SocketAddr) -> Proc {
+    server_windowed(imp, proto, port, target, "")
+}
+
+/// [`server`] with more `realitySettings` (`window`: `"minClientVer":...` members, each
+/// with a leading comma).
+fn server_windowed(imp: Imp, proto: Proto, port: u16, target: SocketAddr, window: &str) -> Proc {
     let imp = real(imp);
     let cfg = match imp {
         Ferry | Xray => format!(
             r#"{{"log":{{"loglevel":"debug"}},"inbounds":[{}],"outbounds":[{}]}}"#,
-            xray_inbound(proto, port, &target.to_string()),
+            xray_inbound(proto, port, &target.to_string()).replace(
+                r#""maxTimeDiff":600000"#,
+                &format!(r#""maxTimeDiff":600000{window}"#)
+            ),
             if imp == Xray { XRAY_FREEDOM } else { FREEDOM }
         ),
         SingBox => format!(
@@ -994,15 +1003,20 @@ struct Tapped {
 
 impl Tapped {
     fn new(server_imp: Imp, trickle: usize) -> Tapped {
+        Tapped::windowed(server_imp, trickle, "")
+    }
+
+    fn windowed(server_imp: Imp, trickle: usize, window: &str) -> Tapped {
         let target = Target::new(None, true);
         let behind = Tap::new(([127, 0, 0, 1], target.port).into(), 0);
         let sport = free_port();
         let front = Tap::new(([127, 0, 0, 1], sport).into(), trickle);
-        let server = server(
+        let server = server_windowed(
             server_imp,
             Proto::Vless,
             sport,
             ([127, 0, 0, 1], behind.port).into(),
+            window,
         );
         Tapped {
             target,
@@ -1065,10 +1079,22 @@ impl Tapped {
 
 /// A client with the wrong `auth` is a probe: it is not served and sees the target.
 fn refused_client(server_imp: Imp, auth: Auth) {
-    let tp = Tapped::new(server_imp, 0);
+    refused_client_of(Xray, server_imp, auth, "")
+}
+
+/// [`refused_client`] with a client of `client_imp` and a server with `window`.
+fn refused_client_of(client_imp: Imp, server_imp: Imp, auth: Auth, window: &str) {
+    let tp = Tapped::windowed(server_imp, 0, window);
     let entry = free_port();
     let echo = echo_server();
-    let c = client(Xray, Proto::Vless, entry, tp.front.port, echo.port(), auth);
+    let c = client(
+        client_imp,
+        Proto::Vless,
+        entry,
+        tp.front.port,
+        echo.port(),
+        auth,
+    );
     let what = format!(
         "{server_imp:?}, Xray client with SNI {} shortId {}",
         auth.sni, auth.short_id
@@ -1083,6 +1109,52 @@ fn refused_client(server_imp: Imp, auth: Auth) {
     }
     let f = tp.front.first();
     tp.assert_spliced(&what, &f, &[&c]);
+}
+
+/// REALITY's client version window. Xray v26.3.27 clients say 26.3.27; Ferry's client says
+/// 26.7.28 (Xray's newest), so it passes the default minimum of servers since v26.7.11
+/// (`minClientVer` 26.3.27) and a server's `maxClientVer` below it sends it to the target.
+fn windowed_served(client_imp: Imp, server_imp: Imp, window: &str) {
+    let target = Target::new(None, true);
+    let (sport, entry) = (free_port(), free_port());
+    let echo = echo_server();
+    let s = server_windowed(
+        server_imp,
+        Proto::Vless,
+        sport,
+        ([127, 0, 0, 1], target.port).into(),
+        window,
+    );
+    let c = client(client_imp, Proto::Vless, entry, sport, echo.port(), GOOD);
+    let data = pattern(256 << 10, 0x5e5);
+    let sock = hello(entry, Duration::from_secs(20)).unwrap_or_else(|e| {
+        panic!(
+            "{client_imp:?} -> {server_imp:?} {window}: {e}\n{}",
+            logs(&[&s, &c])
+        )
+    });
+    assert!(echo_through(sock, &data) == data, "{}", logs(&[&s, &c]));
+}
+
+#[test]
+fn ferry_client_passes_xrays_window_from_v26_7_11() {
+    windowed_served(Ferry, Xray, r#","minClientVer":"26.3.27""#);
+}
+
+#[test]
+fn ferry_client_above_xrays_max_client_ver_meets_the_target() {
+    refused_client_of(Ferry, Xray, GOOD, r#","maxClientVer":"26.3.27""#);
+}
+
+#[test]
+fn ferry_enforces_its_window_on_xray_clients() {
+    windowed_served(
+        Xray,
+        Ferry,
+        r#","minClientVer":"26.3.27","maxClientVer":"26.3.27""#,
+    );
+    refused_client_of(Xray, Ferry, GOOD, r#","minClientVer":"26.3.28""#);
+    refused_client_of(Xray, Ferry, GOOD, r#","maxClientVer":"26.3""#);
 }
 
 #[test]
