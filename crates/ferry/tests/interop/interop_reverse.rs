@@ -367,3 +367,54 @@ fn reverse_users_cannot_proxy_forward_nor_others_open_tunnels() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// After 256 sessions the portal drains a tunnel (its control session says `DRAIN`) and the
+/// bridge opens another one; sessions go on through the new one.
+fn drains(portal: Imp, bridge: Imp) {
+    let (tcp, udp) = (echo_server(), udp_echo_server());
+    let p = pair(portal, bridge, Vless, tcp, udp);
+    first_echo(&p);
+    // 270 sessions, ten at a time (each ends with the mux's End frames, ~0.2 s).
+    std::thread::scope(|sc| {
+        for t in 0..10 {
+            let p = &p;
+            sc.spawn(move || {
+                for i in 0..27 {
+                    let sock = TcpStream::connect(("127.0.0.1", p.entry)).unwrap();
+                    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let got = try_echo_through(sock, b"one of many")
+                        .unwrap_or_else(|e| panic!("session {t}/{i}: {e}\n{}", p.logs()));
+                    assert_eq!(got, b"one of many", "session {t}/{i}\n{}", p.logs());
+                }
+            });
+        }
+    });
+    let tunnels = || match bridge {
+        Ferry => p
+            .bridge
+            .output()
+            .matches("reverse bridge: tunnel open")
+            .count(),
+        Xray => p.portal.output().matches("a bridge connected").count(),
+    };
+    let t = Instant::now();
+    while tunnels() < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no second tunnel\n{}",
+            p.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    first_echo(&p);
+}
+
+#[test]
+fn a_ferry_portal_drains_and_xray_opens_another_tunnel() {
+    drains(Ferry, Xray);
+}
+
+#[test]
+fn an_xray_portal_drains_and_ferry_opens_another_tunnel() {
+    drains(Xray, Ferry);
+}

@@ -310,7 +310,8 @@ impl Dispatcher {
                 .await
             }
             Accepted::Reverse(session, stream, tag) => {
-                self.serve_reverse(session, stream, &tag).await
+                self.serve_reverse(session, stream, &tag, &ctx.traffic)
+                    .await
             }
             Accepted::Fallback(stream, fb, closes) => {
                 self.fall_back(stream, &fb, closes, ctx).await

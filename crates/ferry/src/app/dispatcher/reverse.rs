@@ -42,8 +42,25 @@ impl Dispatcher {
         session: Session,
         stream: BoxStream,
         tag: &str,
+        inbound: &Traffic,
     ) -> io::Result<()> {
         let portal = self.portal(tag)?;
+        // The tunnel's bytes count as the bridge user's and the inbound's (as Xray's WrapLink).
+        let mut counters = crate::relay::Counters::default();
+        if self.stats.is_some() {
+            if let Some(u) = &session.user {
+                u.traffic.in_use();
+            }
+            let traffic = [Some(inbound), session.user.as_ref().map(|u| &*u.traffic)];
+            for t in traffic.into_iter().flatten() {
+                counters.up.extend(t.up.clone());
+                counters.down.extend(t.down.clone());
+            }
+        }
+        let stream: BoxStream = Box::new(Counted {
+            inner: stream,
+            counters,
+        });
         let who = session.user.as_ref().map(|u| &*u.email).unwrap_or("");
         tracing::info!(
             "[{}] reverse tunnel from {} ({who}) for outbound {tag}",
@@ -117,17 +134,32 @@ impl Worker {
     }
 }
 
+/// A bridge's tunnels; all of them close when the bridge stops (its task aborted by a stop or a
+/// reload).
+#[derive(Default)]
+struct Workers(Vec<Worker>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in &self.0 {
+            w.link.shutdown();
+        }
+    }
+}
+
 /// Runs a bridge until the task is aborted: 2 s after start and every 2 s after, a new tunnel
-/// when none is active or the active ones carry more than 16 sessions each (as Xray's).
+/// when none is active or the active ones carry more than 16 sessions each (as Xray's). A
+/// tunnel the portal drains stays open for its sessions and closes after them.
 pub async fn run_bridge(d: Arc<Dispatcher>, bridge: Bridge, inbound: Arc<Traffic>) {
-    let mut workers: Vec<Worker> = Vec::new();
+    let mut workers = Workers::default();
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + MONITOR, MONITOR);
     loop {
         tick.tick().await;
-        workers.retain(Worker::active);
-        let sessions: usize = workers.iter().map(|w| w.link.active()).sum();
-        if workers.is_empty() || sessions / workers.len() > SESSIONS_PER_WORKER {
-            workers.push(open(&d, &bridge, &inbound));
+        workers.0.retain(|w| !w.link.is_closed());
+        let active: Vec<&Worker> = workers.0.iter().filter(|w| w.active()).collect();
+        let sessions: usize = active.iter().map(|w| w.link.active()).sum();
+        if active.is_empty() || sessions / active.len() > SESSIONS_PER_WORKER {
+            workers.0.push(open(&d, &bridge, &inbound));
         }
     }
 }
@@ -197,3 +229,59 @@ fn open(d: &Arc<Dispatcher>, bridge: &Bridge, inbound: &Arc<Traffic>) -> Worker 
     });
     Worker { link, tunnel }
 }
+
+/// A stream that counts what is read from it as uplink and what is written as downlink.
+struct Counted {
+    inner: BoxStream,
+    counters: crate::relay::Counters,
+}
+
+fn add(counters: &[Arc<std::sync::atomic::AtomicU64>], n: usize) {
+    for c in counters {
+        c.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        add(&self.counters.up, n);
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, data);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            add(&self.counters.down, *n);
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl crate::transport::Stream for Counted {}

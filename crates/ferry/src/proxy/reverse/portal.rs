@@ -184,8 +184,16 @@ impl Portal {
     }
 }
 
-/// Runs a worker's control session until its link closes.
+/// Runs a worker's control session until its link closes; dropped (the tunnel's user removed),
+/// it closes the link.
 async fn run_worker(tag: &str, w: &Worker) {
+    struct Close<'a>(&'a Link);
+    impl Drop for Close<'_> {
+        fn drop(&mut self) {
+            self.0.shutdown();
+        }
+    }
+    let _close = Close(&w.link);
     let mut stopped = w.link.stopped();
     tokio::select! {
         _ = heartbeat(w) => {}
