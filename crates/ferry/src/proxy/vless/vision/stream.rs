@@ -56,6 +56,9 @@ pub struct VisionStream {
     write_raw: bool,
     /// Client: waiting for the first payload.
     first_wait: FirstPayloadWait,
+    /// The outer TLS reads in bulk again (padding ended without a switch to the raw socket:
+    /// nothing is left to keep undecrypted).
+    bulk: bool,
 }
 
 impl VisionStream {
@@ -107,6 +110,7 @@ impl VisionStream {
             response: None,
             pre,
             rbuf: Vec::new(),
+            bulk: false,
             ready: Vec::new(),
             ready_pos: 0,
             raw_held: Vec::new(),
@@ -293,6 +297,12 @@ impl AsyncRead for VisionStream {
             }
             if state == ReadState::Plain && !me.filter.active() && me.response.is_none() {
                 me.rbuf = Vec::new();
+                if !me.bulk {
+                    me.bulk = true;
+                    if let Some(tls) = me.inner.outer_tls() {
+                        tls.set_record_at_a_time(false);
+                    }
+                }
                 return Pin::new(&mut me.inner).poll_read(cx, buf);
             }
             let mut data = ready!(me.poll_record(cx))?;
