@@ -165,8 +165,9 @@ impl VisionStream {
             &self.out,
             &mut self.out_pos
         ))?;
-        // A large framing buffer is not kept once written (idle connections hold little).
-        if self.out.capacity() > 16 << 10 {
+        // A large framing buffer is not kept once written, nor any once padding is over (the
+        // writer frames nothing more): idle connections hold little.
+        if self.out.capacity() > 16 << 10 || self.padder.state() != WriteState::Padding {
             self.out = Vec::new();
         } else {
             self.out.clear();
