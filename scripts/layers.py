@@ -55,6 +55,7 @@ LAYERS = {
         ("config::xhttp", 2),
         ("config::headers", 2),
         ("config::quic", 2),
+        ("config::kcp", 2),
         # relay
         ("relay", 3),
         # proxy protocols

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod headers;
 mod inbound;
+pub mod kcp;
 mod merge;
 mod outbound;
 mod protocol;

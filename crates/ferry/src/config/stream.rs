@@ -74,6 +74,10 @@ pub(crate) fn parse_stream_obj(
                     let x = super::xhttp::parse(o, outbound, parse_stream_obj)?;
                     out.network = Network::Xhttp(Arc::new(x));
                 }
+                "kcp" | "mkcp" => {
+                    let k = super::kcp::parse(s.obj("kcpSettings")?)?;
+                    out.network = Network::Kcp(Arc::new(k));
+                }
                 "hysteria" => {
                     let h = super::quic::hysteria(s.obj("hysteriaSettings")?, outbound)?;
                     out.network = Network::Hysteria(Arc::new(h));
@@ -131,7 +135,8 @@ pub(crate) fn parse_stream_obj(
                 "the hysteria network runs on TLS (QUIC), not REALITY",
             ));
         }
-        out.finalmask = Arc::new(super::quic::finalmask(s.obj("finalmask")?, quic)?);
+        let masked = quic || matches!(out.network, Network::Kcp(_));
+        out.finalmask = Arc::new(super::quic::finalmask(s.obj("finalmask")?, masked)?);
         for k in ["tlsSettings", "xtlsSettings", "realitySettings"] {
             // Present but unused (security is none): accepted, as Xray does.
             s.ignore(&[k]);

@@ -22,12 +22,12 @@ fn load(v: Value) -> Result<Config, ConfigError> {
 #[test]
 fn unsupported_things_name_their_path() {
     let e = load(json!({"inbounds": [{"port": 1, "protocol": "dokodemo-door", "settings": {"address": "1.1.1.1", "port": 53},
-        "streamSettings": {"network": "kcp"}}]}))
+        "streamSettings": {"network": "quic"}}]}))
     .err()
     .unwrap();
     assert_eq!(
         e.to_string(),
-        "inbounds[0].streamSettings.network: \"kcp\" is not supported"
+        "inbounds[0].streamSettings.network: \"quic\" is not supported"
     );
     let e = load(json!({"outbounds": [{"protocol": "wat"}]}))
         .err()

@@ -27,6 +27,10 @@ pub enum Network {
     /// `hysteria`: QUIC, with Hysteria 2's authentication; not a layer over a stream (the
     /// `hysteria` protocol runs its own endpoint).
     Hysteria(Arc<super::quic::HysteriaSettings>),
+    /// `kcp` / `mkcp`: mKCP over UDP, under the layers as TCP is (the socket below them is
+    /// an mKCP connection: a listener of its own on inbounds, [`super::kcp::KcpDialer`] on
+    /// outbounds).
+    Kcp(Arc<super::kcp::KcpSettings>),
 }
 
 /// `streamSettings.security`.
@@ -106,7 +110,7 @@ impl StreamSettings {
                 tls_name,
                 tls: matches!(self.security, Security::Tls(_)),
             })),
-            Network::Xhttp(_) | Network::Hysteria(_) => {}
+            Network::Xhttp(_) | Network::Hysteria(_) | Network::Kcp(_) => {}
         }
         layers
     }
@@ -199,11 +203,18 @@ impl StreamSettings {
             );
             return Arc::new(super::xhttp::client::XhttpDialer { up, down, mode });
         }
-        let base = via.unwrap_or_else(|| {
+        let mut base = via.unwrap_or_else(|| {
             Arc::new(SocketDialer {
                 opts: self.sockopt.clone(),
             })
         });
+        if let Network::Kcp(k) = &self.network {
+            base = Arc::new(super::kcp::KcpDialer {
+                base,
+                settings: k.clone(),
+                masks: self.finalmask.udp.clone(),
+            });
+        }
         let mut layers: Vec<_> = StreamSettings {
             accept_proxy_protocol: false,
             ..self.clone()

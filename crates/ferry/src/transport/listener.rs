@@ -129,6 +129,8 @@ pub enum Listener {
     /// The registration marks the socket as this process's own while it is bound.
     Tcp(TcpListener, tcp::SockOpts, own::Registration),
     Unix(UnixListener, Arc<str>),
+    /// mKCP sessions on a UDP socket.
+    Kcp(super::kcp::KcpListener, own::Registration),
 }
 
 impl Listener {
@@ -137,6 +139,19 @@ impl Listener {
         let l = tcp::listen_with(addr, &opts)?;
         let own = own::register(Network::Tcp, l.local_addr()?);
         Ok(Listener::Tcp(l, opts, own))
+    }
+
+    /// Serves mKCP on a bound UDP socket, under `masks`.
+    pub fn kcp(
+        socket: tokio::net::UdpSocket,
+        settings: Arc<super::kcp::KcpSettings>,
+        masks: super::udpmask::UdpMasks,
+    ) -> io::Result<Listener> {
+        let own = own::register(Network::Udp, socket.local_addr()?);
+        Ok(Listener::Kcp(
+            super::kcp::KcpListener::new(socket, settings, masks)?,
+            own,
+        ))
     }
 
     /// Binds a unix listener.
@@ -149,6 +164,7 @@ impl Listener {
         match self {
             Listener::Tcp(l, _, _) => Ok(Endpoint::Ip(l.local_addr()?)),
             Listener::Unix(_, p) => Ok(Endpoint::Unix(p.clone())),
+            Listener::Kcp(l, _) => Ok(Endpoint::Ip(l.local_addr())),
         }
     }
 
@@ -172,6 +188,7 @@ impl Listener {
                 let e = Endpoint::Unix(p.clone());
                 Ok((Box::new(s), ConnInfo::new(e.clone(), e)))
             }
+            Listener::Kcp(l, _) => l.accept().await,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod grpc;
 pub mod head;
 pub mod http_header;
 pub mod httpupgrade;
+pub mod kcp;
 pub mod layer;
 pub mod listener;
 pub mod outer_tls;

@@ -138,8 +138,10 @@ fn xray_spellings_run_test_and_config() {
 fn bad_configs_exit_nonzero_naming_the_path() {
     let doko = r#""protocol":"dokodemo-door","settings":{"address":"1.1.1.1","port":53}"#;
     assert_rejected(
-        &format!(r#"{{"inbounds":[{{"port":1080,{doko},"streamSettings":{{"network":"kcp"}}}}]}}"#),
-        r#"inbounds[0].streamSettings.network: "kcp" is not supported"#,
+        &format!(
+            r#"{{"inbounds":[{{"port":1080,{doko},"streamSettings":{{"network":"quic"}}}}]}}"#
+        ),
+        r#"inbounds[0].streamSettings.network: "quic" is not supported"#,
     );
     assert_rejected(
         r#"{"outbounds":[{"protocol":"freedom"},{"protocol":"wat"}]}"#,

@@ -278,7 +278,7 @@ fn udp_bound_in_proc(port: u16) -> Option<bool> {
 
 /// Waits (up to 20 s) until `p` has bound UDP `port`, failing at once with its output when it
 /// exits first. Without /proc it only waits a second: `first_contact` retries anyway.
-fn udp_up(mut p: Proc, port: u16) -> Proc {
+pub(crate) fn udp_up(mut p: Proc, port: u16) -> Proc {
     let t = Instant::now();
     loop {
         match udp_bound_in_proc(port) {

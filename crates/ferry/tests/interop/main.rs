@@ -16,6 +16,7 @@ mod route_helpers;
 
 mod interop_hysteria;
 mod interop_hysteria_hop;
+mod interop_kcp;
 mod interop_mux;
 mod interop_reality;
 mod interop_reverse;

@@ -204,6 +204,18 @@ async fn bind(ib: &Inbound, serve: &Arc<Serve>) -> io::Result<(Vec<(Network, End
         sockopt.tproxy = TProxy::Redirect;
     }
     for addr in addrs {
+        if let (crate::transport::chain::Network::Kcp(k), true) = (
+            &ib.stream.network,
+            ib.handler.networks().contains(&Network::Tcp),
+        ) {
+            // mKCP: the stream protocol's connections arrive as sessions on a UDP socket.
+            let u = crate::transport::udp::bind(addr, &sockopt)
+                .map_err(|e| named(e, format!("udp {addr} (mKCP)")))?;
+            let l = Listener::kcp(u, k.clone(), ib.stream.finalmask.udp.clone())?;
+            bound.push((Network::Udp, l.local()?));
+            tasks.0.push(tokio::spawn(serve.clone().accept_loop(l)));
+            continue;
+        }
         if ib.handler.networks().contains(&Network::Tcp) {
             let l = Listener::tcp(addr, sockopt.clone())
                 .map_err(|e| named(e, format!("tcp {addr}")))?;
